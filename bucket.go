@@ -1,0 +1,107 @@
+package llmrate
+
+import (
+	"math/bits"
+	"time"
+)
+
+// minute is the refill period in nanoseconds: a bucket gains its per-minute
+// figure over exactly this many nanoseconds.
+const minute = uint64(time.Minute)
+
+// bucket is one token bucket in exact integer arithmetic.
+//
+// The level is whole units (requests or tokens); frac holds the refill that
+// has accrued but not yet made a whole unit, in 1/minute units, so that
+// level + frac/minute is the exact real level and nothing drifts however the
+// elapsed time is sliced. The level may be negative (debt after a reconcile
+// debited an under-estimate forward); it never exceeds capacity.
+//
+// Capacity is 2× rate (the burst), rate is the per-minute figure. A bucket
+// does not store its figures: the caller passes the tier's figures on every
+// call, so a tier change keeps the level and clamps it to the new capacity.
+type bucket struct {
+	level int64
+	frac  int64 // 0 <= frac < minute
+}
+
+// refill adds the refill of dt nanoseconds at rate units per minute, capped at
+// capacity. A full bucket keeps no fraction. dt <= 0 refills nothing.
+// Exact for rate up to MaxPerMinute and any dt: the products are 128-bit.
+func (b *bucket) refill(rate, capacity, dt int64) {
+	if b.level >= capacity {
+		b.level, b.frac = capacity, 0
+		return
+	}
+	if dt <= 0 {
+		return
+	}
+	// accrued = rate*dt + frac, in 1/minute units.
+	hi, lo := bits.Mul64(uint64(rate), uint64(dt))
+	var c uint64
+	lo, c = bits.Add64(lo, uint64(b.frac), 0)
+	hi += c
+	// needed = (capacity - level) * minute. capacity - level > 0 and is at
+	// most 3*capacity (debt is floored at -2*capacity), so it fits.
+	nhi, nlo := bits.Mul64(uint64(capacity-b.level), minute)
+	if hi > nhi || (hi == nhi && lo >= nlo) {
+		b.level, b.frac = capacity, 0
+		return
+	}
+	// accrued < needed < 2^64*minute, so the quotient fits in 64 bits.
+	q, r := bits.Div64(hi, lo, minute)
+	b.level += int64(q)
+	b.frac = int64(r)
+}
+
+// wait returns the exact time until the bucket holds n units at rate units per
+// minute, 0 if it already does. never is true when n exceeds capacity: the
+// request cannot fit however long it waits. A wait longer than limit is
+// reported as limit (callers clamp anyway, and this keeps it overflow-free).
+func (b *bucket) wait(n, rate, capacity int64, limit time.Duration) (d time.Duration, never bool) {
+	if n > capacity {
+		return limit, true
+	}
+	if b.level >= n {
+		return 0, false
+	}
+	// deficit in 1/minute units: (n - level)*minute - frac > 0.
+	hi, lo := bits.Mul64(uint64(n-b.level), minute)
+	var br uint64
+	lo, br = bits.Sub64(lo, uint64(b.frac), 0)
+	hi -= br
+	// The wait in ns is ceil(deficit / rate). Compare against limit first so
+	// the quotient is known to fit.
+	lhi, llo := bits.Mul64(uint64(rate), uint64(limit))
+	if hi > lhi || (hi == lhi && lo > llo) {
+		return limit, false
+	}
+	q, r := bits.Div64(hi, lo, uint64(rate))
+	if r != 0 {
+		q++
+	}
+	return time.Duration(q), false
+}
+
+// take debits n if the bucket holds at least n and reports whether it did.
+func (b *bucket) take(n int64) bool {
+	if b.level < n {
+		return false
+	}
+	b.level -= n
+	return true
+}
+
+// adjust applies a reconcile: delta > 0 debits forward (the level may go
+// negative, floored at -2*capacity so one bad reading cannot wedge a bucket
+// for long), delta < 0 credits back (capped at capacity).
+func (b *bucket) adjust(delta, capacity int64) {
+	l := b.level - delta
+	switch {
+	case delta > 0 && (l > b.level || l < -2*capacity): // overflow or floor
+		l = -2 * capacity
+	case delta < 0 && (l < b.level || l >= capacity): // overflow or cap
+		l, b.frac = capacity, 0
+	}
+	b.level = l
+}

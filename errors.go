@@ -1,0 +1,50 @@
+package llmrate
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors, for errors.Is.
+var (
+	// ErrNoKey is returned by an Extractor when the request carries no API key.
+	ErrNoKey = errors.New("llmrate: missing API key")
+	// ErrNoWorkspace is returned by an Extractor when the request carries no
+	// workspace.
+	ErrNoWorkspace = errors.New("llmrate: missing workspace")
+	// ErrStoreTimeout is the cause of a StoreError when a store call ran past
+	// the limiter's store timeout.
+	ErrStoreTimeout = errors.New("llmrate: store call timed out")
+)
+
+// ConfigError reports an invalid option given to New.
+type ConfigError struct {
+	Option string // e.g. "WithTiers"
+	Err    error
+}
+
+func (e *ConfigError) Error() string { return "llmrate: invalid " + e.Option + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// StoreError reports a store fault that made the limiter fail open. Op is
+// "admit" or "reconcile". It never carries a raw API key.
+type StoreError struct {
+	Op  string
+	Err error
+}
+
+func (e *StoreError) Error() string { return "llmrate: store " + e.Op + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// PanicError wraps a panic recovered inside the limiter (a store, resolver,
+// estimator or extractor that panicked). The request then fails open.
+type PanicError struct {
+	Where string
+	Value any
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("llmrate: panic in %s: %v", e.Where, e.Value) }

@@ -1,0 +1,112 @@
+package llmrate
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header names llmrate writes.
+const (
+	HeaderRetryAfter = "Retry-After"
+	HeaderRequestID  = "X-Request-Id"
+
+	HeaderLimitRequests     = "X-Ratelimit-Limit-Requests"
+	HeaderRemainingRequests = "X-Ratelimit-Remaining-Requests"
+	HeaderResetRequests     = "X-Ratelimit-Reset-Requests"
+	HeaderLimitTokens       = "X-Ratelimit-Limit-Tokens"
+	HeaderRemainingTokens   = "X-Ratelimit-Remaining-Tokens"
+	HeaderResetTokens       = "X-Ratelimit-Reset-Tokens"
+
+	HeaderRateLimitPolicy = "Ratelimit-Policy"
+	HeaderRateLimit       = "Ratelimit"
+)
+
+// HeaderStyle selects the rate-limit headers written on admitted responses
+// and on the 429.
+type HeaderStyle uint8
+
+const (
+	// HeadersNone writes no rate-limit headers (the default) and leaves the
+	// upstream's own untouched.
+	HeadersNone HeaderStyle = iota
+	// HeadersOpenAI writes x-ratelimit-{limit,remaining,reset}-{requests,tokens}.
+	// Limit is the bucket's capacity (2× the per-minute figure), remaining its
+	// whole level after this request, reset the time until it is full again,
+	// in OpenAI's duration format ("1.2s", "6m0s"). Each dimension reports
+	// the binding bucket: the key's or the workspace's, whichever has less
+	// left.
+	HeadersOpenAI
+	// HeadersIETF writes RateLimit-Policy and RateLimit
+	// (draft-ietf-httpapi-ratelimit-headers): policies "requests" and
+	// "tokens" with q = capacity, w = 120 (seconds to refill from empty),
+	// r = remaining and t = seconds until full.
+	HeadersIETF
+)
+
+// WithRateLimitHeaders turns on rate-limit headers. When on, the upstream
+// provider's own rate-limit headers (which describe the gateway operator's
+// provider account) are removed from responses, never leaked.
+func WithRateLimitHeaders(s HeaderStyle) Option {
+	return optionFunc(func(c *config) { c.headers = s })
+}
+
+// binding returns the remaining level, capacity and time-to-full of the
+// bucket with less left among a key bucket and a workspace bucket.
+func binding(kRem, kRate, wRem, wRate int64) (rem, capacity int64, reset time.Duration) {
+	rem, rate := wRem, wRate
+	if kRem < wRem {
+		rem, rate = kRem, kRate
+	}
+	capacity = 2 * rate
+	return max(rem, 0), capacity, timeToFull(rem, rate)
+}
+
+// timeToFull is the time a bucket at whole level rem needs to refill to
+// 2*rate, rounded up to the millisecond (an upper bound: the fraction of a
+// unit already accrued is not counted).
+func timeToFull(rem, rate int64) time.Duration {
+	capacity := 2 * rate
+	if rem >= capacity {
+		return 0
+	}
+	need := capacity - rem // at most 4*capacity: fits in float-free math below
+	ms := (need*60_000 + rate - 1) / rate
+	if need > (1<<63-1)/60_000 { // cannot happen within MaxPerMinute; stay safe
+		ms = 6 * 60_000
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// removeRateLimitHeaders deletes upstream rate-limit headers.
+func removeRateLimitHeaders(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(k, "X-Ratelimit-") || k == HeaderRateLimit || k == HeaderRateLimitPolicy {
+			delete(h, k)
+		}
+	}
+}
+
+// setRateLimitHeaders writes the configured headers for a decision.
+func (l *Limiter) setRateLimitHeaders(h http.Header, a *admission) {
+	removeRateLimitHeaders(h)
+	rem := a.d.Remaining
+	rr, rc, rt := binding(rem[KeyRequests], a.kl.RequestsPerMinute, rem[WorkspaceRequests], a.wl.RequestsPerMinute)
+	tr, tc, tt := binding(rem[KeyTokens], a.kl.TokensPerMinute, rem[WorkspaceTokens], a.wl.TokensPerMinute)
+	switch l.cfg.headers {
+	case HeadersOpenAI:
+		h[HeaderLimitRequests] = []string{strconv.FormatInt(rc, 10)}
+		h[HeaderRemainingRequests] = []string{strconv.FormatInt(rr, 10)}
+		h[HeaderResetRequests] = []string{rt.String()}
+		h[HeaderLimitTokens] = []string{strconv.FormatInt(tc, 10)}
+		h[HeaderRemainingTokens] = []string{strconv.FormatInt(tr, 10)}
+		h[HeaderResetTokens] = []string{tt.String()}
+	case HeadersIETF:
+		h[HeaderRateLimitPolicy] = []string{`"requests";q=` + strconv.FormatInt(rc, 10) + `;w=120, "tokens";q=` + strconv.FormatInt(tc, 10) + `;w=120`}
+		h[HeaderRateLimit] = []string{`"requests";r=` + strconv.FormatInt(rr, 10) + `;t=` + strconv.FormatInt(ceilSeconds(rt), 10) +
+			`, "tokens";r=` + strconv.FormatInt(tr, 10) + `;t=` + strconv.FormatInt(ceilSeconds(tt), 10)}
+	}
+}
+
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

@@ -1,0 +1,68 @@
+package llmrate
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// EnterpriseNote is what the limits endpoint says instead of Enterprise's
+// figures, which are contract terms and never published.
+const EnterpriseNote = "Limits on this plan are set in your agreement."
+
+type limitsBody struct {
+	Tier           string `json:"tier"`
+	RequestsPerMin *int64 `json:"requestsPerMin"`
+	TokensPerMin   *int64 `json:"tokensPerMin"`
+	Note           string `json:"note,omitempty"`
+	Docs           string `json:"docs"`
+}
+
+// LimitsHandler returns the limits endpoint (mount it at e.g.
+// GET /platform/v1/limits). It answers GET and HEAD with the caller's own
+// workspace row, the caller identified by the same extractors as the
+// middleware (none: 401); any other method gets 405, checked first.
+// Enterprise answers null figures and EnterpriseNote, never a guess.
+func (l *Limiter) LimitsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, r, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "Only GET is allowed on this endpoint.")
+			return
+		}
+		var a admission
+		if status, code, msg := l.identify(r, &a); status != 0 {
+			writeError(w, r, status, "invalid_request_error", code, msg)
+			return
+		}
+		tier := l.resolveTier(r, a.ws)
+		body := limitsBody{Tier: tier.String(), Docs: l.cfg.docsURL}
+		if tier == Enterprise {
+			body.Note = EnterpriseNote
+		} else {
+			lim := l.cfg.tiers.For(tier)
+			body.RequestsPerMin, body.TokensPerMin = &lim.RequestsPerMinute, &lim.TokensPerMinute
+		}
+		b, _ := json.Marshal(body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Method == http.MethodHead {
+			return
+		}
+		_, _ = w.Write(b)
+	})
+}
+
+// resolveTier resolves a workspace's tier; unknown, out of range or a
+// panicking resolver give Free.
+func (l *Limiter) resolveTier(r *http.Request, ws string) (t Tier) {
+	defer func() {
+		if recover() != nil {
+			t = Free
+		}
+	}()
+	t, ok := l.cfg.resolver.ResolveTier(r.Context(), ws)
+	if !ok || t < 0 || t >= tierCount {
+		return Free
+	}
+	return t
+}

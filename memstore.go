@@ -1,0 +1,283 @@
+package llmrate
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultMaxKeys is the memory store's default bound on tracked entries, per
+// kind (key entries and workspace entries are bounded separately). At about
+// 150 bytes per key+workspace pair, the bound caps the store near 160 MB.
+const DefaultMaxKeys = 1 << 20
+
+const (
+	memShards = 128 // power of two
+	minSweep  = 64  // a shard smaller than this is never swept
+	// An idle entry is certainly full (and dropped without loss) after
+	// fullIdle when neither bucket is in debt: capacity is 2 minutes of
+	// refill. A bucket in debt (floored at -2×capacity) is certainly full
+	// after debtIdle.
+	fullIdle = int64(2 * time.Minute)
+	debtIdle = int64(6 * time.Minute)
+)
+
+// MemoryStore is the default Store: per-process buckets in a sharded map,
+// one mutex per shard. Admitting a known key allocates nothing.
+//
+// It keeps no raw key: entries are indexed by a per-store seeded 64-bit hash
+// of the key and workspace (two distinct keys share buckets only on a hash
+// collision, about 3e-8 for a million active keys, and an attacker cannot aim
+// for one without the seed).
+//
+// Memory tracks active keys only: an entry is dropped once time alone would
+// have refilled it to full, which loses nothing (it comes back full). If a
+// key flood fills the store to its bound (MaxKeys) with entries that are not
+// yet full, the least recently used of a small sample is dropped to make
+// room: that key's next request then finds a full bucket. Such lossy
+// evictions are counted (Evictions) and reported to the limiter's observer.
+type MemoryStore struct {
+	seed     maphash.Seed
+	perShard int
+	keys     [memShards]memShard[pairKey]
+	ws       [memShards]memShard[uint64]
+	lossy    atomic.Int64
+	onEvict  func() // called (outside no lock) after a lossy eviction; may be nil
+	maxTotal int
+}
+
+type pairKey struct{ ws, key uint64 }
+
+// entry holds the two buckets of one key (within its workspace) or of one
+// workspace. last is the latest clock reading seen: refill is computed from
+// it and a clock that moves backwards refills nothing.
+type entry struct {
+	last int64
+	req  bucket
+	tok  bucket
+}
+
+type memShard[K comparable] struct {
+	mu      sync.Mutex
+	m       map[K]*entry
+	sweepAt int
+	_       [40]byte // keep shards on separate cache lines
+}
+
+// MemoryOption configures a MemoryStore.
+type MemoryOption func(*MemoryStore)
+
+// MaxKeys bounds the number of key entries, and separately of workspace
+// entries, the store tracks. n <= 0 means DefaultMaxKeys.
+func MaxKeys(n int) MemoryOption {
+	return func(s *MemoryStore) {
+		if n > 0 {
+			s.maxTotal = n
+		}
+	}
+}
+
+// NewMemoryStore returns an empty in-memory store.
+func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
+	s := &MemoryStore{seed: maphash.MakeSeed(), maxTotal: DefaultMaxKeys}
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+	s.perShard = max(1, (s.maxTotal+memShards-1)/memShards)
+	for i := range s.keys {
+		s.keys[i].m = make(map[pairKey]*entry)
+		s.keys[i].sweepAt = minSweep
+		s.ws[i].m = make(map[uint64]*entry)
+		s.ws[i].sweepAt = minSweep
+	}
+	return s
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// Evictions returns how many entries were dropped before they were full
+// because the store was at its MaxKeys bound.
+func (s *MemoryStore) Evictions() int64 { return s.lossy.Load() }
+
+// Len returns the number of key entries and workspace entries held.
+func (s *MemoryStore) Len() (keys, workspaces int) {
+	for i := range s.keys {
+		s.keys[i].mu.Lock()
+		keys += len(s.keys[i].m)
+		s.keys[i].mu.Unlock()
+		s.ws[i].mu.Lock()
+		workspaces += len(s.ws[i].m)
+		s.ws[i].mu.Unlock()
+	}
+	return keys, workspaces
+}
+
+func (s *MemoryStore) hashes(key, workspace string) (pairKey, uint64) {
+	wh := maphash.String(s.seed, workspace)
+	kh := wh
+	if key != workspace {
+		kh = maphash.String(s.seed, key)
+	}
+	return pairKey{ws: wh, key: kh}, wh
+}
+
+// lock locks the key shard, then the workspace shard (always in that order,
+// so two admissions can never deadlock), and returns both entries, created
+// full if absent and advanced to now.
+func (s *MemoryStore) lock(key, workspace string, kl, wl Limits, now int64) (ks *memShard[pairKey], wsh *memShard[uint64], ke, we *entry, evicted int) {
+	pk, wh := s.hashes(key, workspace)
+	ks = &s.keys[(pk.key^pk.ws*0x9E3779B97F4A7C15)>>57&(memShards-1)]
+	wsh = &s.ws[wh>>57&(memShards-1)]
+	ks.mu.Lock()
+	wsh.mu.Lock()
+	var ev1, ev2 bool
+	ke, ev1 = getEntry(ks, s.perShard, pk, kl, now)
+	we, ev2 = getEntry(wsh, s.perShard, wh, wl, now)
+	if ev1 {
+		evicted++
+	}
+	if ev2 {
+		evicted++
+	}
+	ke.advance(now, kl)
+	we.advance(now, wl)
+	return ks, wsh, ke, we, evicted
+}
+
+func (s *MemoryStore) noteEvictions(n int) {
+	if n > 0 {
+		s.lossy.Add(int64(n))
+		if s.onEvict != nil {
+			for range n {
+				s.onEvict()
+			}
+		}
+	}
+}
+
+// Admit implements Store.
+func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error) {
+	now := r.Now.UnixNano()
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.KeyLimits, r.WorkspaceLimits, now)
+	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens)
+	wsh.mu.Unlock()
+	ks.mu.Unlock()
+	s.noteEvictions(ev)
+	return d, nil
+}
+
+// Reconcile implements Store.
+func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
+	now := r.Now.UnixNano()
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.KeyLimits, r.WorkspaceLimits, now)
+	kc, wc := 2*r.KeyLimits.TokensPerMinute, 2*r.WorkspaceLimits.TokensPerMinute
+	ke.tok.adjust(boundActual(r.Actual, kc)-r.Estimate, kc)
+	we.tok.adjust(boundActual(r.Actual, wc)-r.Estimate, wc)
+	wsh.mu.Unlock()
+	ks.mu.Unlock()
+	s.noteEvictions(ev)
+	return nil
+}
+
+// decide checks the four buckets in admission order and debits all of them
+// only if all have room. It is shared by every in-process implementation, so
+// the arithmetic lives in one place.
+func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64) Decision {
+	var d Decision
+	bs := [4]*bucket{kr, kt, wr, wt}
+	need := [4]int64{1, n, 1, n}
+	rate := [4]int64{kl.RequestsPerMinute, kl.TokensPerMinute, wl.RequestsPerMinute, wl.TokensPerMinute}
+	refused := -1
+	for i, b := range bs {
+		if b.level < need[i] {
+			refused = i
+			break
+		}
+	}
+	if refused < 0 {
+		for i, b := range bs {
+			b.take(need[i])
+			d.Remaining[i] = b.level
+		}
+		d.Allowed = true
+		return d
+	}
+	d.Refused = Bucket(refused)
+	for i, b := range bs {
+		w, never := b.wait(need[i], rate[i], 2*rate[i], MaxRetryAfter)
+		d.RetryAfter = max(d.RetryAfter, w)
+		d.NeverFits = d.NeverFits || never
+		d.Remaining[i] = b.level
+	}
+	return d
+}
+
+// advance refills both buckets up to now under lim. A clock reading earlier
+// than the latest seen refills nothing; the latest is kept.
+func (e *entry) advance(now int64, lim Limits) {
+	dt := now - e.last
+	if dt > 0 {
+		e.last = now
+	} else {
+		dt = 0
+	}
+	e.req.refill(lim.RequestsPerMinute, 2*lim.RequestsPerMinute, dt)
+	e.tok.refill(lim.TokensPerMinute, 2*lim.TokensPerMinute, dt)
+}
+
+// idleFull reports whether time alone has certainly refilled e to full by now.
+func (e *entry) idleFull(now int64) bool {
+	idle := now - e.last
+	if e.req.level >= 0 && e.tok.level >= 0 {
+		return idle >= fullIdle
+	}
+	return idle >= debtIdle
+}
+
+func newEntry(now int64, lim Limits) *entry {
+	return &entry{
+		last: now,
+		req:  bucket{level: 2 * lim.RequestsPerMinute},
+		tok:  bucket{level: 2 * lim.TokensPerMinute},
+	}
+}
+
+// getEntry returns the entry for k, creating it full if absent. Creating may
+// first sweep the shard of entries that are already full again (lossless),
+// and, at the bound, drop the least recently used of a sample (lossy,
+// reported as evicted).
+func getEntry[K comparable](sh *memShard[K], bound int, k K, lim Limits, now int64) (e *entry, evicted bool) {
+	if e = sh.m[k]; e != nil {
+		return e, false
+	}
+	if len(sh.m) >= sh.sweepAt || len(sh.m) >= bound {
+		for key, old := range sh.m {
+			if old.idleFull(now) {
+				delete(sh.m, key)
+			}
+		}
+		sh.sweepAt = max(minSweep, 2*len(sh.m))
+		if len(sh.m) >= bound {
+			var victim K
+			var oldest int64
+			n := 0
+			for key, old := range sh.m { // map order is randomised: a sample
+				if n == 0 || old.last < oldest {
+					victim, oldest = key, old.last
+				}
+				if n++; n == 8 {
+					break
+				}
+			}
+			delete(sh.m, victim)
+			evicted = true
+		}
+	}
+	e = newEntry(now, lim)
+	sh.m[k] = e
+	return e, evicted
+}

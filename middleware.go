@@ -1,0 +1,272 @@
+package llmrate
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Limiter enforces requests-per-minute and tokens-per-minute limits. It is
+// safe for concurrent use; build one with New and share it.
+type Limiter struct {
+	cfg       *config
+	mem       *MemoryStore // the store, when it is the in-process one
+	log       *zap.Logger
+	debug     *zap.Logger // sampled, for refusals
+	failOpens atomic.Int64
+	trackers  sync.Pool
+}
+
+// New returns a Limiter configured by opts. Every option has a safe
+// default; an invalid one makes New return a *ConfigError (joined, when
+// several are invalid).
+func New(opts ...Option) (*Limiter, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{cfg: c, log: c.logger}
+	l.debug = c.logger.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
+	}))
+	if m, ok := c.store.(*MemoryStore); ok {
+		l.mem = m
+		if m.onEvict == nil && c.observer != nil {
+			m.onEvict = c.observer.Evicted
+		}
+	}
+	l.trackers.New = func() any { return newTracker(l) }
+	return l, nil
+}
+
+// Middleware is shorthand for New(opts...) followed by (*Limiter).Middleware.
+// It panics if the configuration is invalid; use New to get the error.
+func Middleware(opts ...Option) func(http.Handler) http.Handler {
+	l, err := New(opts...)
+	if err != nil {
+		panic(err)
+	}
+	return l.Middleware
+}
+
+// FailOpens returns how many requests passed unchecked, or were not
+// reconciled, because the limiter's own state faulted.
+func (l *Limiter) FailOpens() int64 { return l.failOpens.Load() }
+
+// Middleware returns next wrapped by the limiter: each request is admitted
+// against its four buckets before next sees it, refused with a 429 when a
+// bucket has no room, and reconciled with the provider's reported usage
+// after next returns.
+func (l *Limiter) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.serve(w, r, next)
+	})
+}
+
+// admission is what the limiter decided about one request.
+type admission struct {
+	key, ws string
+	tier    Tier
+	kl, wl  Limits
+	est     int64
+	now     time.Time
+	d       Decision
+}
+
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	var a admission
+	if status, code, msg := l.identify(r, &a); status != 0 {
+		writeError(w, r, status, "invalid_request_error", code, msg)
+		return
+	}
+	if !l.admit(r, &a) {
+		next.ServeHTTP(w, r) // fail open
+		return
+	}
+	if !a.d.Allowed {
+		l.refuse(w, r, &a)
+		return
+	}
+	t := l.trackers.Get().(*tracker)
+	t.start(w, r, &a)
+	done := false
+	defer func() {
+		// Runs on a handler panic too, without recovering it: net/http (or
+		// an outer recoverer) sees the panic unchanged, and the reservation
+		// is still settled.
+		l.finish(t, r, !done)
+	}()
+	next.ServeHTTP(t.wrapped, r)
+	done = true
+}
+
+// identify extracts the key and workspace. A non-zero status means the
+// request is refused as bad client input.
+func (l *Limiter) identify(r *http.Request, a *admission) (status int, code, msg string) {
+	defer func() {
+		if p := recover(); p != nil {
+			status, code, msg = http.StatusBadRequest, "invalid_api_key", "The API key could not be read."
+		}
+	}()
+	key, err := l.cfg.key(r)
+	if err != nil || key == "" {
+		return http.StatusUnauthorized, "missing_api_key", "You didn't provide an API key. Provide it in an Authorization header (Bearer auth) or an x-api-key header."
+	}
+	a.key, a.ws = key, key
+	if l.cfg.workspace != nil {
+		ws, err := l.cfg.workspace(r)
+		if err != nil || ws == "" {
+			return http.StatusUnauthorized, "missing_workspace", "The request does not identify a workspace."
+		}
+		a.ws = ws
+	}
+	return 0, "", ""
+}
+
+// admit resolves the tier, estimates and asks the store. ok is false when
+// the limiter faulted and the request must fail open.
+func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			l.failOpen(a, "admit", &PanicError{Where: "admission", Value: p})
+			ok = false
+		}
+	}()
+	c := l.cfg
+	ctx := r.Context()
+	tier, known := c.resolver.ResolveTier(ctx, a.ws)
+	if !known || tier < 0 || tier >= tierCount {
+		tier = Free
+	}
+	a.tier = tier
+	a.wl = c.tiers.For(tier)
+	a.kl = a.wl
+	if c.keyTiers != nil {
+		a.kl = c.keyTiers.For(tier)
+	}
+	a.est = max(1, c.estimator(r))
+	a.now = c.clock()
+	req := AdmitRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, Now: a.now}
+	var err error
+	if l.mem != nil {
+		a.d, err = l.mem.Admit(ctx, req)
+	} else {
+		a.d, err = callStore(ctx, c.timeout, func(ctx context.Context) (Decision, error) { return c.store.Admit(ctx, req) })
+	}
+	if err != nil {
+		l.failOpen(a, "admit", &StoreError{Op: "admit", Err: err})
+		return false
+	}
+	if o := c.observer; o != nil {
+		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Tier: tier, Estimate: a.est, NeverFits: a.d.NeverFits}
+		if !a.d.Allowed {
+			ev.RetryAfter = time.Duration(retryAfterSeconds(a.d)) * time.Second
+		}
+		o.Decided(ev)
+	}
+	return true
+}
+
+// callStore runs one store call on its own goroutine, bounded by timeout,
+// so a store that ignores its context still cannot hold the request past
+// the timeout. A panic inside the store is returned as a *PanicError.
+func callStore[T any](parent context.Context, timeout time.Duration, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), timeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var res result
+		defer func() {
+			if p := recover(); p != nil {
+				res.err = &PanicError{Where: "store", Value: p}
+			}
+			ch <- res
+		}()
+		res.v, res.err = f(ctx)
+	}()
+	select {
+	case res := <-ch:
+		if res.err != nil && ctx.Err() != nil {
+			res.err = fmt.Errorf("%w after %v: %w", ErrStoreTimeout, timeout, res.err)
+		}
+		return res.v, res.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("%w after %v", ErrStoreTimeout, timeout)
+	}
+}
+
+// failOpen counts and logs a fault that let a request through.
+func (l *Limiter) failOpen(a *admission, op string, err error) {
+	l.failOpens.Add(1)
+	if ce := l.log.Check(zap.WarnLevel, "llmrate: failing open"); ce != nil {
+		ce.Write(zap.String("op", op), zap.String("key_fp", Fingerprint(a.key)), zap.Stringer("tier", a.tier), zap.Error(err))
+	}
+	if o := l.cfg.observer; o != nil {
+		o.FailedOpen(FailOpenEvent{Op: op, Err: err})
+	}
+}
+
+// Fingerprint returns a short, stable, non-reversible fingerprint of an API
+// key (8 hex digits of its SHA-256), the only form in which llmrate ever
+// logs a key.
+func Fingerprint(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:4])
+}
+
+// finish reconciles an admitted request once its handler has returned (or
+// panicked). It never panics out and never touches the response.
+func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
+	a := &t.a
+	defer func() {
+		if p := recover(); p != nil {
+			l.failOpen(a, "reconcile", &PanicError{Where: "reconcile", Value: p})
+		}
+		t.release()
+		l.trackers.Put(t)
+	}()
+	u, found := t.scan.Finish()
+	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || t.scan.PendingEvent()
+	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: a.est, Cut: cut}
+	switch {
+	case found && !cut:
+		ev.Kind, ev.Actual, ev.Reported = ReconcileUsage, u.Total(), u
+	case found:
+		ev.Kind, ev.Actual, ev.Reported = ReconcilePartial, u.Total(), u
+	default:
+		ev.Kind = ReconcileEstimated
+		if cut {
+			ev.Actual = satAdd(a.est, t.scan.Bytes()/4)
+		}
+	}
+	if ev.Actual != a.est {
+		req := ReconcileRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Now: a.now}
+		var err error
+		if l.mem != nil {
+			err = l.mem.Reconcile(r.Context(), req)
+		} else {
+			_, err = callStore(r.Context(), l.cfg.timeout, func(ctx context.Context) (struct{}, error) {
+				return struct{}{}, l.cfg.store.Reconcile(ctx, req)
+			})
+		}
+		if err != nil {
+			l.failOpen(a, "reconcile", &StoreError{Op: "reconcile", Err: err})
+		}
+	}
+	if o := l.cfg.observer; o != nil {
+		o.Reconciled(ev)
+	}
+}

@@ -1,0 +1,215 @@
+package llmrate
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// DefaultStoreTimeout bounds every call to a store other than the built-in
+// memory store. Past it the request fails open.
+const DefaultStoreTimeout = 50 * time.Millisecond
+
+// Option configures a Limiter. Options only record values; New fills the
+// defaults and validates them once.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	key        Extractor
+	workspace  Extractor
+	resolver   TierResolver
+	tiers      TierTable
+	keyTiers   *TierTable
+	clock      func() time.Time
+	store      Store
+	logger     *zap.Logger
+	estimator  func(*http.Request) int64
+	timeout    time.Duration
+	observer   Observer
+	headers    HeaderStyle
+	streamUse  bool
+	docsURL    string
+	maxBody    int64
+	errs       []error
+	nilOptions int
+}
+
+func (c *config) fail(option string, err error) {
+	c.errs = append(c.errs, &ConfigError{Option: option, Err: err})
+}
+
+var errNil = errors.New("must not be nil")
+
+// WithKey sets the API key extractor. Default: BearerToken(). nil is an
+// error.
+func WithKey(e Extractor) Option {
+	return optionFunc(func(c *config) {
+		if e == nil {
+			c.fail("WithKey", errNil)
+		}
+		c.key = e
+	})
+}
+
+// WithWorkspace sets the workspace extractor. By default each key is its own
+// workspace. nil is an error.
+//
+// The workspace decides whose allowance a request spends: take it from a
+// value your authentication layer set (a context value, a verified header),
+// never from a header the client controls, or a client can spend another
+// workspace's allowance or escape its own.
+func WithWorkspace(e Extractor) Option {
+	return optionFunc(func(c *config) {
+		if e == nil {
+			c.fail("WithWorkspace", errNil)
+		}
+		c.workspace = e
+	})
+}
+
+// WithTierResolver sets how a workspace's tier is found. Default: every
+// workspace is unknown, hence Free. nil is an error.
+func WithTierResolver(r TierResolver) Option {
+	return optionFunc(func(c *config) {
+		if r == nil {
+			c.fail("WithTierResolver", errNil)
+		}
+		c.resolver = r
+	})
+}
+
+// WithTiers sets the figures of every tier. Default: DefaultTiers(). Each
+// figure must be in [1, MaxPerMinute].
+func WithTiers(t TierTable) Option {
+	return optionFunc(func(c *config) { c.tiers = t })
+}
+
+// WithKeyTiers caps each key's own buckets at these figures instead of its
+// workspace's (by default one key may use all of its workspace's figure).
+func WithKeyTiers(t TierTable) Option {
+	return optionFunc(func(c *config) { c.keyTiers = &t })
+}
+
+// WithClock sets the clock. Default: time.Now. nil is an error.
+func WithClock(now func() time.Time) Option {
+	return optionFunc(func(c *config) {
+		if now == nil {
+			c.fail("WithClock", errNil)
+		}
+		c.clock = now
+	})
+}
+
+// WithStore sets where bucket state lives. Default: a new MemoryStore (per
+// process). nil is an error.
+func WithStore(s Store) Option {
+	return optionFunc(func(c *config) {
+		if s == nil {
+			c.fail("WithStore", errNil)
+		}
+		c.store = s
+	})
+}
+
+// WithLogger sets the logger. If nil or unset, nothing is logged. Faults are
+// logged at warn, refusals at debug (sampled); a key appears only as a short
+// fingerprint.
+func WithLogger(l *zap.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithEstimator sets the admission token estimate. Default: EstimateTokens
+// (Content-Length/4, floor 1). A result below 1 counts as 1. nil is an error.
+func WithEstimator(f func(*http.Request) int64) Option {
+	return optionFunc(func(c *config) {
+		if f == nil {
+			c.fail("WithEstimator", errNil)
+		}
+		c.estimator = f
+	})
+}
+
+// WithStoreTimeout bounds each call to a store other than the built-in
+// memory store (which never blocks). Default: DefaultStoreTimeout. Past it
+// the request fails open. d must be positive.
+func WithStoreTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.fail("WithStoreTimeout", errors.New("must be positive"))
+		}
+		c.timeout = d
+	})
+}
+
+// WithObserver receives every decision, reconcile, fail-open and eviction.
+// nil (the default) observes nothing.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) { c.observer = o })
+}
+
+// WithDocsURL sets the link the 429 message and the limits endpoint point to.
+func WithDocsURL(u string) Option {
+	return optionFunc(func(c *config) { c.docsURL = u })
+}
+
+// DefaultDocsURL is the default link in the limits endpoint's answer.
+const DefaultDocsURL = "https://github.com/llmrate/llmrate#semantics"
+
+// DefaultMaxInjectBody bounds the request body WithStreamUsage will rewrite.
+const DefaultMaxInjectBody = 8 << 20
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{
+		key:       BearerToken(),
+		resolver:  allFree{},
+		tiers:     DefaultTiers(),
+		clock:     time.Now,
+		estimator: EstimateTokens,
+		timeout:   DefaultStoreTimeout,
+		docsURL:   DefaultDocsURL,
+		maxBody:   DefaultMaxInjectBody,
+	}
+	for _, o := range opts {
+		if o == nil {
+			c.nilOptions++
+			continue
+		}
+		o.apply(c)
+	}
+	if c.nilOptions > 0 {
+		c.fail("Option", errors.New("nil option"))
+	}
+	if err := c.tiers.validate(); err != nil {
+		c.fail("WithTiers", err)
+	}
+	if c.keyTiers != nil {
+		if err := c.keyTiers.validate(); err != nil {
+			c.fail("WithKeyTiers", err)
+		}
+	}
+	if c.headers > HeadersIETF {
+		c.fail("WithRateLimitHeaders", errors.New("unknown header style"))
+	}
+	if c.logger == nil {
+		c.logger = zap.NewNop()
+	}
+	if c.store == nil {
+		c.store = NewMemoryStore()
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	return c, nil
+}
+
+// allFree is the default resolver: every workspace is unknown, hence Free.
+type allFree struct{}
+
+func (allFree) ResolveTier(context.Context, string) (Tier, bool) { return Free, false }

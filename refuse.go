@@ -1,0 +1,101 @@
+package llmrate
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// retryAfterSeconds turns a refusal into the Retry-After value: whole
+// seconds until the request fits in every bucket, rounded up, clamped to
+// 1…60; 60 when it can never fit.
+func retryAfterSeconds(d Decision) int64 {
+	if d.NeverFits {
+		return int64(MaxRetryAfter / time.Second)
+	}
+	s := ceilSeconds(d.RetryAfter)
+	return min(max(s, 1), int64(MaxRetryAfter/time.Second))
+}
+
+type apiError struct {
+	Error apiErrorBody `json:"error"`
+}
+
+type apiErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// writeError writes an OpenAI-shaped error. The message never quotes the
+// key or any other client input.
+func writeError(w http.ResponseWriter, r *http.Request, status int, typ, code, msg string) {
+	body, _ := json.Marshal(apiError{Error: apiErrorBody{Message: msg, Type: typ, Code: code}})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set(HeaderRequestID, requestID(r))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// refuse writes the 429 for a refused admission. Nothing is forwarded.
+func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, a *admission) {
+	secs := retryAfterSeconds(a.d)
+	h := w.Header()
+	h.Set(HeaderRetryAfter, strconv.FormatInt(secs, 10))
+	if l.cfg.headers != HeadersNone {
+		l.setRateLimitHeaders(h, a)
+	}
+	msg := refusalMessage(a, secs, l.cfg.docsURL)
+	if ce := l.debug.Check(zap.DebugLevel, "llmrate: refused"); ce != nil {
+		ce.Write(fieldsRefused(a, secs)...)
+	}
+	writeError(w, r, http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", msg)
+}
+
+func refusalMessage(a *admission, secs int64, docs string) string {
+	if a.d.NeverFits {
+		scope, capacity := "workspace", 2*a.wl.TokensPerMinute
+		if a.est > 2*a.kl.TokensPerMinute {
+			scope, capacity = "key", 2*a.kl.TokensPerMinute
+		}
+		return fmt.Sprintf("Request too large for tokens per minute (%s): its estimated %d tokens exceed the bucket's whole capacity of %d on the %s tier. Retrying will not help: send a smaller request or move to a larger tier. See %s",
+			scope, a.est, capacity, a.tier, docs)
+	}
+	b := a.d.Refused
+	dim, figure := "requests", a.kl.RequestsPerMinute
+	switch b {
+	case KeyTokens:
+		dim, figure = "tokens", a.kl.TokensPerMinute
+	case WorkspaceRequests:
+		figure = a.wl.RequestsPerMinute
+	case WorkspaceTokens:
+		dim, figure = "tokens", a.wl.TokensPerMinute
+	}
+	return fmt.Sprintf("Rate limit reached for %s per minute (%s) on the %s tier: limit %d per minute, burst %d. Please try again in %ds. See %s",
+		dim, b.Scope(), a.tier, figure, 2*figure, secs, docs)
+}
+
+// requestID returns the request's X-Request-Id if it is safe to echo (1–128
+// bytes of [A-Za-z0-9._:-]), else a new random one, so a header value can
+// never inject anything into the 429.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get(HeaderRequestID); id != "" && len(id) <= 128 {
+		ok := true
+		for i := 0; i < len(id) && ok; i++ {
+			c := id[i]
+			ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-'
+		}
+		if ok {
+			return id
+		}
+	}
+	return fmt.Sprintf("req_%016x%016x", rand.Uint64(), rand.Uint64())
+}

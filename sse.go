@@ -1,0 +1,320 @@
+package llmrate
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"strings"
+)
+
+// Body framings.
+const (
+	frameNone   = iota // no usage can be in this body
+	frameJSON          // application/json: one JSON text (or an array of documents)
+	frameSSE           // text/event-stream: each event's data is a document
+	frameNDJSON        // application/x-ndjson: each line is a document
+)
+
+// framingFor chooses the framing from a Content-Type (case-insensitive,
+// parameters ignored).
+func framingFor(contentType string) uint8 {
+	mt := contentType
+	if i := strings.IndexByte(mt, ';'); i >= 0 {
+		mt = mt[:i]
+	}
+	mt = strings.TrimSpace(mt)
+	switch {
+	case strings.EqualFold(mt, "application/json"):
+		return frameJSON
+	case strings.EqualFold(mt, "text/event-stream"):
+		return frameSSE
+	case strings.EqualFold(mt, "application/x-ndjson"):
+		return frameNDJSON
+	}
+	return frameNone
+}
+
+// SSE line phases.
+const (
+	lineField  = iota // reading the field name
+	lineDataSp        // after "data:": an optional single space
+	lineData          // inside a data value: bytes go to the JSON parser
+	lineSkip          // a comment or a field other than data
+)
+
+// UsageScanner finds the provider-reported token usage in a response body
+// as it streams past, in constant memory, without ever blocking or altering
+// the body. Feed it with Write, then call Finish once at the end of the body.
+// It follows the counting rules of fixtures/usage/README.md: only the usage
+// object at a provider's documented place counts, never look-alike text.
+//
+// A UsageScanner is not safe for concurrent use. The zero value is not
+// usable; use NewUsageScanner.
+type UsageScanner struct {
+	frame uint8
+	js    jsonScan
+	acc   usageAcc
+	n     int64 // body bytes seen (decoded)
+
+	// SSE
+	phase   uint8
+	field   [5]byte
+	flen    uint8
+	afterCR bool
+	hasData bool
+	bom     uint8 // BOM bytes matched at the start of the stream
+	started bool
+
+	// NDJSON
+	lineLen int64
+
+	gz      *gzipFeed
+	pending bool
+}
+
+// NewUsageScanner returns a scanner for a body with the given Content-Type
+// and Content-Encoding. A body whose type carries no usage (HTML, plain
+// text, none) or whose encoding is not gzip or identity is accepted and
+// reports nothing.
+func NewUsageScanner(contentType, contentEncoding string) *UsageScanner {
+	s := new(UsageScanner)
+	s.reset(contentType, contentEncoding)
+	return s
+}
+
+func (s *UsageScanner) reset(contentType, contentEncoding string) {
+	s.frame = framingFor(contentType)
+	s.acc = usageAcc{}
+	s.js.init(&s.acc, s.frame == frameJSON)
+	s.n, s.phase, s.flen, s.afterCR, s.hasData, s.bom, s.started, s.lineLen, s.pending = 0, lineField, 0, false, false, 0, false, 0, false
+	s.gz = nil
+	switch enc := strings.TrimSpace(contentEncoding); {
+	case enc == "" || strings.EqualFold(enc, "identity"):
+	case strings.EqualFold(enc, "gzip") || strings.EqualFold(enc, "x-gzip"):
+		if s.frame != frameNone {
+			s.gz = newGzipFeed(s)
+		}
+	default:
+		s.frame = frameNone // br, zstd, deflate…: not scanned; the estimate stands
+	}
+}
+
+// Write feeds body bytes as they were sent to the client. It never fails.
+func (s *UsageScanner) Write(p []byte) (int, error) {
+	if s.gz != nil {
+		s.gz.write(p)
+	} else {
+		s.feed(p)
+	}
+	return len(p), nil
+}
+
+// Bytes returns how many (decoded) body bytes the scanner has seen. With a
+// gzip body it is exact only after Finish.
+func (s *UsageScanner) Bytes() int64 { return s.n }
+
+// Finish ends the body and returns the usage reported in it; ok is false
+// when no valid report was seen. An SSE event not terminated by an empty
+// line is discarded; a final NDJSON line without a newline is used.
+func (s *UsageScanner) Finish() (u Usage, ok bool) {
+	if s.gz != nil {
+		s.gz.close()
+		s.gz = nil
+	}
+	switch s.frame {
+	case frameJSON:
+		s.js.end()
+	case frameNDJSON:
+		if s.lineLen > 0 {
+			s.js.end()
+		}
+	}
+	s.pending = s.frame == frameSSE && (s.hasData || s.phase != lineField || s.flen > 0)
+	s.frame = frameNone
+	return s.acc.result()
+}
+
+// PendingEvent reports, after Finish, whether the body stopped in the middle
+// of an SSE event (a stream cut off mid-event).
+func (s *UsageScanner) PendingEvent() bool { return s.pending }
+
+// Seen returns the usage accepted so far.
+func (s *UsageScanner) Seen() (Usage, bool) { return s.acc.result() }
+
+// feed processes decoded body bytes.
+func (s *UsageScanner) feed(p []byte) {
+	s.n += int64(len(p))
+	switch s.frame {
+	case frameJSON:
+		s.js.write(p)
+	case frameSSE:
+		s.feedSSE(p)
+	case frameNDJSON:
+		for len(p) > 0 {
+			i := bytes.IndexByte(p, '\n')
+			if i < 0 {
+				s.lineLen += int64(len(p))
+				s.js.write(p)
+				return
+			}
+			s.js.write(p[:i])
+			if s.lineLen+int64(i) > 0 {
+				s.js.end()
+			}
+			s.lineLen = 0
+			p = p[i+1:]
+		}
+	}
+}
+
+var bom = [3]byte{0xEF, 0xBB, 0xBF}
+
+func (s *UsageScanner) feedSSE(p []byte) {
+	if !s.started {
+		// Skip a UTF-8 BOM at the very start, even split across writes.
+		for len(p) > 0 && s.bom < 3 && p[0] == bom[s.bom] {
+			s.bom++
+			p = p[1:]
+		}
+		if len(p) == 0 && s.bom < 3 {
+			return
+		}
+		s.started = true
+		if s.bom > 0 && s.bom < 3 {
+			held := bom[:s.bom]
+			s.feedSSELines(held)
+		}
+	}
+	s.feedSSELines(p)
+}
+
+func (s *UsageScanner) feedSSELines(p []byte) {
+	for i := 0; i < len(p); {
+		c := p[i]
+		if s.afterCR {
+			s.afterCR = false
+			if c == '\n' {
+				i++
+				continue
+			}
+		}
+		switch s.phase {
+		case lineField:
+			switch c {
+			case '\r', '\n':
+				s.endLine(c)
+			case ':':
+				s.phase = lineSkip
+				if s.flen == 4 && string(s.field[:4]) == "data" {
+					s.phase = lineDataSp
+				}
+			default:
+				if int(s.flen) < len(s.field) {
+					s.field[s.flen] = c
+				}
+				if s.flen < 255 {
+					s.flen++
+				}
+			}
+			i++
+		case lineDataSp:
+			s.beginData()
+			if c == ' ' {
+				i++
+			}
+		case lineData:
+			j := bytes.IndexByte(p[i:], '\n')
+			if j < 0 {
+				j = len(p) - i
+			}
+			if k := bytes.IndexByte(p[i:i+j], '\r'); k >= 0 {
+				j = k
+			}
+			s.js.write(p[i : i+j])
+			i += j
+			if i < len(p) {
+				s.endLine(p[i])
+				i++
+			}
+		case lineSkip:
+			j := bytes.IndexByte(p[i:], '\n')
+			if j < 0 {
+				j = len(p) - i
+			}
+			if k := bytes.IndexByte(p[i:i+j], '\r'); k >= 0 {
+				j = k
+			}
+			i += j
+			if i < len(p) {
+				s.endLine(p[i])
+				i++
+			}
+		}
+	}
+}
+
+// beginData starts a data line: lines of one event are joined with "\n".
+func (s *UsageScanner) beginData() {
+	if s.hasData {
+		s.js.write([]byte{'\n'})
+	}
+	s.hasData = true
+	s.phase = lineData
+}
+
+// endLine handles a line break c ('\r' or '\n').
+func (s *UsageScanner) endLine(c byte) {
+	switch s.phase {
+	case lineField:
+		if s.flen == 0 {
+			// An empty line dispatches the event.
+			if s.hasData {
+				s.js.end()
+				s.hasData = false
+			}
+		} else if s.flen == 4 && string(s.field[:4]) == "data" {
+			s.beginData() // "data" with no colon: an empty value
+		}
+	case lineDataSp:
+		s.beginData()
+	}
+	s.phase, s.flen = lineField, 0
+	s.afterCR = c == '\r'
+}
+
+// gzipFeed inflates a gzip body for scanning only. Writes are handed to a
+// goroutine through a synchronous pipe, so no compressed bytes are held
+// beyond the decompressor's own window; close joins the goroutine.
+type gzipFeed struct {
+	pw   *io.PipeWriter
+	done chan struct{}
+}
+
+func newGzipFeed(s *UsageScanner) *gzipFeed {
+	pr, pw := io.Pipe()
+	g := &gzipFeed{pw: pw, done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		defer pr.Close() // unblocks the writer if inflating stops early
+		zr, err := gzip.NewReader(pr)
+		if err != nil {
+			return
+		}
+		buf := make([]byte, 16<<10)
+		for {
+			n, err := zr.Read(buf)
+			s.feed(buf[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return g
+}
+
+func (g *gzipFeed) write(p []byte) { _, _ = g.pw.Write(p) }
+
+func (g *gzipFeed) close() {
+	_ = g.pw.Close()
+	<-g.done
+}

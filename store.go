@@ -1,0 +1,121 @@
+package llmrate
+
+import (
+	"context"
+	"time"
+)
+
+// Bucket names one of the four buckets a request is checked against, in
+// admission order.
+type Bucket uint8
+
+// The four buckets, in the order they are checked and debited.
+const (
+	KeyRequests Bucket = iota
+	KeyTokens
+	WorkspaceRequests
+	WorkspaceTokens
+)
+
+var bucketNames = [...]string{"key_requests", "key_tokens", "workspace_requests", "workspace_tokens"}
+
+// String returns the bucket's snake_case name, e.g. "workspace_tokens",
+// suitable as a metric label.
+func (b Bucket) String() string {
+	if int(b) < len(bucketNames) {
+		return bucketNames[b]
+	}
+	return "unknown"
+}
+
+// Scope returns "key" or "workspace".
+func (b Bucket) Scope() string {
+	if b == KeyRequests || b == KeyTokens {
+		return "key"
+	}
+	return "workspace"
+}
+
+// Tokens reports whether b is a tokens bucket (else a requests bucket).
+func (b Bucket) Tokens() bool { return b == KeyTokens || b == WorkspaceTokens }
+
+// AdmitRequest is one admission: one request and Tokens tokens, checked
+// against the key's and the workspace's buckets.
+type AdmitRequest struct {
+	// Key identifies the key's buckets within Workspace. Stores must not
+	// persist or log it raw (the memory store keeps only a seeded hash; the
+	// Redis store a keyed hash).
+	Key       string
+	Workspace string
+	// KeyLimits and WorkspaceLimits are the figures in force now. A store
+	// keeps levels, not figures: a change clamps the level to the new
+	// capacity, with no reset and no free refill.
+	KeyLimits       Limits
+	WorkspaceLimits Limits
+	// Tokens is the token estimate to debit (at least 1).
+	Tokens int64
+	// Now is the limiter's clock. Stores with a clock of their own (Redis
+	// uses the server's TIME) may ignore it.
+	Now time.Time
+}
+
+// Decision is the outcome of an admission.
+type Decision struct {
+	// Allowed is true when all four buckets had room and were debited.
+	Allowed bool
+	// Refused is the first bucket, in admission order, that had no room.
+	// Meaningful only when Allowed is false.
+	Refused Bucket
+	// RetryAfter is the exact time until the refused request would fit in
+	// every bucket, capped at MaxRetryAfter. Zero when Allowed.
+	RetryAfter time.Duration
+	// NeverFits is true when the request is larger than some bucket's whole
+	// capacity: it cannot be admitted however long it waits.
+	NeverFits bool
+	// Remaining holds each bucket's whole-unit level after the decision
+	// (after the debit when Allowed), indexed by Bucket. It may be negative
+	// while a bucket is in debt.
+	Remaining [4]int64
+}
+
+// ReconcileRequest replaces an admission's token estimate by the tokens the
+// provider reported. Requests buckets never reconcile.
+type ReconcileRequest struct {
+	Key             string
+	Workspace       string
+	KeyLimits       Limits
+	WorkspaceLimits Limits
+	// Estimate is what admission debited.
+	Estimate int64
+	// Actual is the charge that replaces it. Each bucket bounds it at twice
+	// its own capacity before applying Actual-Estimate.
+	Actual int64
+	Now    time.Time
+}
+
+// MaxRetryAfter is the largest Retry-After llmrate sends. A store reports
+// longer waits as exactly this.
+const MaxRetryAfter = 60 * time.Second
+
+// Store holds bucket state. Implementations must be safe for concurrent use
+// and must return promptly once ctx is done (the limiter bounds every call
+// to a non-memory store by its store timeout and fails open past it).
+//
+// Admit checks and debits all four buckets atomically, all or nothing: a
+// refused request changes no bucket. Reconcile applies one reconcile to both
+// tokens buckets atomically.
+type Store interface {
+	Admit(ctx context.Context, req AdmitRequest) (Decision, error)
+	Reconcile(ctx context.Context, req ReconcileRequest) error
+}
+
+// boundActual bounds a reported charge at twice a bucket's capacity.
+func boundActual(actual, capacity int64) int64 {
+	if actual > 2*capacity {
+		return 2 * capacity
+	}
+	if actual < 0 {
+		return 0
+	}
+	return actual
+}
