@@ -5,6 +5,7 @@ go 1.25.0
 require (
 	github.com/felixge/httpsnoop v1.1.0
 	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
 )
 

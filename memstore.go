@@ -125,13 +125,16 @@ func (s *MemoryStore) hashes(key, workspace string) (pairKey, uint64) {
 	return pairKey{ws: wh, key: kh}, wh
 }
 
+func (s *MemoryStore) shards(pk pairKey, wh uint64) (*memShard[pairKey], *memShard[uint64]) {
+	return &s.keys[(pk.key^pk.ws*0x9E3779B97F4A7C15)>>57&(memShards-1)], &s.ws[wh>>57&(memShards-1)]
+}
+
 // lock locks the key shard, then the workspace shard (always in that order,
 // so two admissions can never deadlock), and returns both entries, created
 // full if absent and advanced to now.
 func (s *MemoryStore) lock(key, workspace string, kl, wl Limits, now int64) (ks *memShard[pairKey], wsh *memShard[uint64], ke, we *entry, evicted int) {
 	pk, wh := s.hashes(key, workspace)
-	ks = &s.keys[(pk.key^pk.ws*0x9E3779B97F4A7C15)>>57&(memShards-1)]
-	wsh = &s.ws[wh>>57&(memShards-1)]
+	ks, wsh = s.shards(pk, wh)
 	ks.mu.Lock()
 	wsh.mu.Lock()
 	var ev1, ev2 bool
@@ -280,4 +283,29 @@ func getEntry[K comparable](sh *memShard[K], bound int, k K, lim Limits, now int
 	e = newEntry(now, lim)
 	sh.m[k] = e
 	return e, evicted
+}
+
+// Levels returns the whole-unit level of the four buckets of (key,
+// workspace) as of now under the given figures, indexed by Bucket, without
+// changing anything. Buckets not tracked are full.
+func (s *MemoryStore) Levels(key, workspace string, kl, wl Limits, now time.Time) [4]int64 {
+	pk, wh := s.hashes(key, workspace)
+	ks, wsh := s.shards(pk, wh)
+	n := now.UnixNano()
+	ks.mu.Lock()
+	ke := peek(ks.m[pk], n, kl)
+	ks.mu.Unlock()
+	wsh.mu.Lock()
+	we := peek(wsh.m[wh], n, wl)
+	wsh.mu.Unlock()
+	return [4]int64{ke.req.level, ke.tok.level, we.req.level, we.tok.level}
+}
+
+func peek(e *entry, now int64, lim Limits) entry {
+	if e == nil {
+		return *newEntry(now, lim)
+	}
+	c := *e
+	c.advance(now, lim)
+	return c
 }

@@ -97,6 +97,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	t := l.trackers.Get().(*tracker)
 	t.start(w, r, &a)
+	if l.cfg.streamUse {
+		t.inject = injectStreamUsage(r, l.cfg.maxBody)
+	}
 	done := false
 	defer func() {
 		// Runs on a handler panic too, without recovering it: net/http (or
@@ -238,6 +241,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		t.release()
 		l.trackers.Put(t)
 	}()
+	t.endBody()
 	u, found := t.scan.Finish()
 	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || t.scan.PendingEvent()
 	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: a.est, Cut: cut}

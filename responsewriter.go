@@ -26,6 +26,9 @@ type tracker struct {
 	headerDone bool
 	writeErr   bool
 	hijacked   bool
+	inject     bool // WithStreamUsage rewrote the request
+	filtering  bool // ...and the response is the SSE stream to filter
+	filter     usageFilter
 
 	nextWriteHeader httpsnoop.WriteHeaderFunc
 	nextWrite       httpsnoop.WriteFunc
@@ -83,7 +86,7 @@ func (t *tracker) start(w http.ResponseWriter, r *http.Request, a *admission) {
 	t.a = *a
 	t.w = w
 	t.head = r.Method == http.MethodHead
-	t.headerDone, t.writeErr, t.hijacked = false, false, false
+	t.headerDone, t.writeErr, t.hijacked, t.inject, t.filtering = false, false, false, false, false
 	t.scan.reset("", "")
 	t.wrapped = httpsnoop.Wrap(w, t.hooks)
 }
@@ -107,7 +110,9 @@ func (t *tracker) beginBody(code int) {
 	if t.head || code == http.StatusNoContent || code == http.StatusNotModified {
 		return
 	}
-	t.scan.reset(h.Get("Content-Type"), h.Get("Content-Encoding"))
+	ct, ce := h.Get("Content-Type"), h.Get("Content-Encoding")
+	t.scan.reset(ct, ce)
+	t.filtering = t.inject && code == http.StatusOK && framingFor(ct) == frameSSE && ce == ""
 }
 
 func (t *tracker) writeHeader(code int) {
@@ -120,6 +125,14 @@ func (t *tracker) writeHeader(code int) {
 func (t *tracker) write(b []byte) (int, error) {
 	if !t.headerDone {
 		t.beginBody(http.StatusOK)
+	}
+	if t.filtering {
+		_, _ = t.scan.Write(b)
+		if err := t.filter.write(b, t.nextWrite); err != nil {
+			t.writeErr = true
+			return 0, err
+		}
+		return len(b), nil
 	}
 	n, err := t.nextWrite(b)
 	if n > 0 {
@@ -135,6 +148,9 @@ func (t *tracker) writeString(s string) (int, error) {
 	if !t.headerDone {
 		t.beginBody(http.StatusOK)
 	}
+	if t.filtering {
+		return t.write(unsafe.Slice(unsafe.StringData(s), len(s)))
+	}
 	n, err := t.nextWriteString(s)
 	if n > 0 {
 		_, _ = t.scan.Write(unsafe.Slice(unsafe.StringData(s), n))
@@ -149,6 +165,9 @@ func (t *tracker) readFrom(src io.Reader) (int64, error) {
 	if !t.headerDone {
 		t.beginBody(http.StatusOK)
 	}
+	if t.filtering {
+		return io.Copy(writerFunc(t.write), src)
+	}
 	t.tee.src = src
 	n, err := t.nextReadFrom(&t.tee)
 	t.tee.src = nil
@@ -157,6 +176,20 @@ func (t *tracker) readFrom(src io.Reader) (int64, error) {
 	}
 	return n, err
 }
+
+// endBody runs after the handler returned: it forwards what a filtered
+// stream still holds.
+func (t *tracker) endBody() {
+	if t.filtering && !t.hijacked {
+		t.filter.flush(t.nextWrite)
+	}
+	t.filter.held = t.filter.held[:0]
+	t.filter.passing = false
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 
 func (t *tracker) hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := t.nextHijack()

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// startGateway runs the gateway on a free port until the test ends and
+// checks that it shuts down cleanly.
+func startGateway(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0", "-quiet", "-log-level", "error"}, args...), io.Discard, ready)
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("gateway did not start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done, "graceful shutdown")
+	})
+	return "http://" + addr
+}
+
+func post(t *testing.T, url, key, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	return resp
+}
+
+func TestGatewayBurstGets429(t *testing.T) {
+	url := startGateway(t)
+	var admitted, refused atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	jobs := make(chan struct{})
+	for range 16 {
+		wg.Go(func() {
+			for range jobs {
+				resp := post(t, url, "sk-burst", `{"model":"m"}`)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					admitted.Add(1)
+				case http.StatusTooManyRequests:
+					refused.Add(1)
+					assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+				default:
+					t.Errorf("status %d", resp.StatusCode)
+				}
+			}
+		})
+	}
+	for range 250 {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	wg.Wait()
+	elapsed := time.Since(start)
+	// Wall clock here: the burst of 200 plus one request per 0.6 s elapsed.
+	maxAdmitted := 200 + int64(elapsed/(600*time.Millisecond))
+	assert.GreaterOrEqual(t, admitted.Load(), int64(200))
+	assert.LessOrEqual(t, admitted.Load(), maxAdmitted, "elapsed %v", elapsed)
+	assert.Equal(t, int64(250), admitted.Load()+refused.Load())
+}
+
+func TestGatewayStreamUsageInjectedAndHidden(t *testing.T) {
+	url := startGateway(t)
+	resp := post(t, url, "sk-s", `{"model":"m","stream":true,"messages":[]}`)
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(body), "data: [DONE]")
+	assert.NotContains(t, string(body), `"prompt_tokens"`, "the client did not ask for usage and never sees it")
+
+	resp = post(t, url, "sk-s", `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`)
+	body, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	assert.Contains(t, string(body), `"prompt_tokens"`, "a client that asked for usage gets it")
+}
+
+func TestGatewayConfigAndLimits(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "llmrate.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{"keys":{"sk-a":"acme","sk-b":"acme"},"workspaces":{"acme":"enterprise"}}`), 0o600))
+	url := startGateway(t, "-config", cfg)
+	get := func(key string) string {
+		req, _ := http.NewRequest(http.MethodGet, url+"/platform/v1/limits", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	assert.Contains(t, get("sk-b"), `"tier":"enterprise","requestsPerMin":null`)
+	assert.Contains(t, get("sk-other"), `"tier":"free"`)
+	resp, err := http.Post(url+"/platform/v1/limits", "application/json", nil)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"workspaces":{"acme":"platinum"}}`), 0o600))
+	err = run(context.Background(), []string{"-config", bad, "-listen", "127.0.0.1:0"}, io.Discard, nil)
+	assert.ErrorContains(t, err, `unknown tier "platinum"`)
+}

@@ -1,0 +1,134 @@
+package llmrate_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeClock is a settable clock for WithClock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// usageHandler is a mock provider: an OpenAI chat completion reporting the
+// given usage (or none when prompt < 0).
+func usageHandler(prompt, completion int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if prompt < 0 {
+			_, _ = io.WriteString(w, `{"id":"x","choices":[]}`)
+			return
+		}
+		_, _ = fmt.Fprintf(w, `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`, prompt, completion, prompt+completion)
+	})
+}
+
+var okHandler = usageHandler(-1, 0)
+
+type harness struct {
+	t     *testing.T
+	clock *fakeClock
+	lim   *llmrate.Limiter
+	h     http.Handler
+}
+
+func newHarness(t *testing.T, next http.Handler, opts ...llmrate.Option) *harness {
+	t.Helper()
+	c := newFakeClock()
+	l, err := llmrate.New(append([]llmrate.Option{llmrate.WithClock(c.Now)}, opts...)...)
+	require.NoError(t, err)
+	return &harness{t: t, clock: c, lim: l, h: l.Middleware(next)}
+}
+
+// send sends one request for key with a declared Content-Length.
+func (h *harness) send(key string, contentLength int64) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(""))
+	r.ContentLength = contentLength
+	if key != "" {
+		r.Header.Set("Authorization", "Bearer "+key)
+	}
+	w := httptest.NewRecorder()
+	h.h.ServeHTTP(w, r)
+	return w
+}
+
+// burst sends small requests until the first refusal (at most max) and
+// returns how many were admitted.
+func (h *harness) burst(key string, max int) int {
+	for i := range max {
+		if w := h.send(key, 0); w.Code != http.StatusOK {
+			require.Equal(h.t, http.StatusTooManyRequests, w.Code)
+			return i
+		}
+	}
+	return max
+}
+
+type errBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	} `json:"error"`
+}
+
+func decodeErr(t *testing.T, w *httptest.ResponseRecorder) errBody {
+	t.Helper()
+	var b errBody
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &b), w.Body.String())
+	return b
+}
+
+// faultStore is a Store that misbehaves on demand.
+type faultStore struct {
+	mode    string // "error", "hang", "ignore-ctx", "panic"
+	release chan struct{}
+}
+
+func (s *faultStore) Admit(ctx context.Context, _ llmrate.AdmitRequest) (llmrate.Decision, error) {
+	switch s.mode {
+	case "error":
+		return llmrate.Decision{}, fmt.Errorf("connection refused")
+	case "hang":
+		<-ctx.Done()
+		return llmrate.Decision{}, ctx.Err()
+	case "ignore-ctx":
+		<-s.release
+		return llmrate.Decision{Allowed: true}, nil
+	case "panic":
+		panic("store exploded")
+	}
+	return llmrate.Decision{Allowed: true}, nil
+}
+
+func (s *faultStore) Reconcile(context.Context, llmrate.ReconcileRequest) error { return nil }

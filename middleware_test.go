@@ -1,0 +1,501 @@
+package llmrate_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+var free = llmrate.DefaultTiers().Free
+
+// 1. The reference's worked example.
+func TestWorkedExampleRequests(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, okHandler)
+	assert.Equal(t, 200, h.burst("sk-one", 1000), "from a full bucket exactly 200 are admitted")
+
+	w := h.send("sk-one", 0)
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+	assert.Equal(t, "application/json", w.Header().Get("Content-Type"))
+	assert.NotEmpty(t, w.Header().Get("X-Request-Id"))
+	b := decodeErr(t, w)
+	assert.Equal(t, "rate_limit_error", b.Error.Type)
+	assert.Equal(t, "rate_limit_exceeded", b.Error.Code)
+	assert.Nil(t, b.Error.Param)
+	assert.Contains(t, b.Error.Message, "requests per minute (key)")
+	assert.Contains(t, w.Body.String(), `"param":null`)
+
+	h.clock.Advance(1200 * time.Millisecond)
+	assert.Equal(t, 2, h.burst("sk-one", 10), "1.2 s later exactly two more")
+}
+
+// 2. The token dimension, with rollback and reconcile: the first request is
+// still in flight (its provider has not answered) when the second arrives.
+func TestWorkedExampleTokens(t *testing.T) {
+	t.Parallel()
+	answer := make(chan struct{})
+	provider := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 1_200_000 {
+			<-answer // hold the first response until the second was refused
+			usageHandler(50_000, 0).ServeHTTP(w, r)
+			return
+		}
+		usageHandler(-1, 0).ServeHTTP(w, r)
+	})
+	store := llmrate.NewMemoryStore()
+	h := newHarness(t, provider, llmrate.WithStore(store))
+	levels := func() [4]int64 { return store.Levels("sk-t", "sk-t", free, free, h.clock.Now()) }
+
+	first := make(chan int)
+	go func() { first <- h.send("sk-t", 1_200_000).Code }()
+	require.Eventually(t, func() bool { return levels()[llmrate.KeyTokens] == 100_000 }, 5*time.Second, time.Millisecond,
+		"estimate 300,000 is debited from 400,000")
+	before := levels()
+	assert.Equal(t, [4]int64{199, 100_000, 199, 100_000}, before)
+
+	w := h.send("sk-t", 600_000)
+	require.Equal(t, http.StatusTooManyRequests, w.Code, "estimate 150,000 does not fit in 100,000")
+	assert.Contains(t, decodeErr(t, w).Error.Message, "tokens per minute (key)")
+	assert.Equal(t, before, levels(), "the refusal consumed nothing, its request debit included")
+
+	close(answer)
+	require.Equal(t, http.StatusOK, <-first)
+	assert.Equal(t, int64(350_000), levels()[llmrate.KeyTokens], "reported 50,000: 250,000 credited back")
+	require.Equal(t, http.StatusOK, h.send("sk-t", 600_000).Code, "the 150,000-token request then fits")
+	assert.Equal(t, 198, h.burst("sk-t", 1000), "the whole remaining request allowance is still there")
+}
+
+// 3. Order and rollback: a refusal at any stage leaves all four buckets as
+// they were; two keys of one workspace exhaust it together.
+func TestRollbackAtEveryStage(t *testing.T) {
+	t.Parallel()
+	store := llmrate.NewMemoryStore()
+	now := newFakeClock().Now()
+	key := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1000}
+	ws := llmrate.Limits{RequestsPerMinute: 20, TokensPerMinute: 1500}
+	admit := func(k string, n int64) llmrate.Decision {
+		d, err := store.Admit(context.Background(), llmrate.AdmitRequest{Key: k, Workspace: "ws", KeyLimits: key, WorkspaceLimits: ws, Tokens: n, Now: now})
+		require.NoError(t, err)
+		return d
+	}
+	// key requests: drain k1's 20 requests
+	for range 20 {
+		require.True(t, admit("k1", 1).Allowed)
+	}
+	cases := []struct {
+		name string
+		key  string
+		n    int64
+		want llmrate.Bucket
+	}{
+		{"key requests", "k1", 1, llmrate.KeyRequests},
+		{"key tokens", "k2", 2001, llmrate.KeyTokens},
+		{"workspace tokens", "k3", 2000 - 20 + 1, llmrate.WorkspaceTokens}, // ws tokens: 3000-20 left
+	}
+	// workspace tokens left: 3000 - 20 = 2980; a request of 1981 fits k3's
+	// key bucket (2000) ... tune: drain workspace tokens first with k2.
+	require.True(t, admit("k2", 1990).Allowed) // ws tokens: 3000-20-1990 = 990
+	cases[2].n = 991
+	for _, c := range cases {
+		before := [2][4]int64{store.Levels(c.key, "ws", key, ws, now), store.Levels("k1", "ws", key, ws, now)}
+		d := admit(c.key, c.n)
+		require.False(t, d.Allowed, c.name)
+		assert.Equal(t, c.want, d.Refused, c.name)
+		after := [2][4]int64{store.Levels(c.key, "ws", key, ws, now), store.Levels("k1", "ws", key, ws, now)}
+		assert.Equal(t, before, after, "%s: refusal changed a bucket", c.name)
+	}
+	// workspace requests: 40 - 21 = 19 left; k4 and k5 take them together.
+	n := 0
+	for i := 0; ; i++ {
+		d := admit(fmt.Sprintf("k%d", 4+i%2), 1)
+		if !d.Allowed {
+			assert.Equal(t, llmrate.WorkspaceRequests, d.Refused)
+			break
+		}
+		n++
+	}
+	assert.Equal(t, 19, n, "two keys share the workspace's requests")
+}
+
+func TestTwoKeysExhaustWorkspaceThroughMiddleware(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, okHandler, llmrate.WithWorkspace(func(*http.Request) (string, error) { return "team", nil }))
+	admitted := 0
+	for i := range 400 {
+		w := h.send([]string{"key-a", "key-b"}[i%2], 0)
+		if w.Code == http.StatusOK {
+			admitted++
+		} else {
+			assert.Contains(t, decodeErr(t, w).Error.Message, "requests per minute (workspace)")
+		}
+	}
+	assert.Equal(t, 200, admitted, "each key at half the limit exhausts the workspace together")
+}
+
+// 4. Bucket arithmetic through the store.
+func TestIdleHourComesBackExactlyFull(t *testing.T) {
+	t.Parallel()
+	store := llmrate.NewMemoryStore()
+	h := newHarness(t, usageHandler(1_000_000, 0), llmrate.WithStore(store))
+	require.Equal(t, http.StatusOK, h.send("sk-debt", 4).Code) // reports 1,000,000: bounded, debt
+	lv := store.Levels("sk-debt", "sk-debt", free, free, h.clock.Now())
+	assert.Equal(t, int64(400_000-800_000), lv[llmrate.KeyTokens], "reported usage bounded at 2×capacity puts the bucket in debt")
+	h.clock.Advance(time.Hour)
+	lv = store.Levels("sk-debt", "sk-debt", free, free, h.clock.Now())
+	assert.Equal(t, [4]int64{200, 400_000, 200, 400_000}, lv, "an idle hour comes back exactly full")
+	h2 := newHarness(t, okHandler, llmrate.WithStore(store), llmrate.WithClock(h.clock.Now))
+	assert.Equal(t, 200, h2.burst("sk-debt", 1000), "200 admitted, not 201")
+}
+
+func TestBackwardsClockYieldsNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, okHandler)
+	require.Equal(t, 200, h.burst("sk-b", 1000))
+	h.clock.Advance(-time.Hour)
+	assert.Equal(t, 0, h.burst("sk-b", 10), "going back in time refills nothing")
+	h.clock.Advance(time.Hour + 600*time.Millisecond)
+	assert.Equal(t, 1, h.burst("sk-b", 10), "refill resumes only past the latest time seen")
+}
+
+func TestHugeFiguresAndYears(t *testing.T) {
+	t.Parallel()
+	big := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+	tt := llmrate.TierTable{Free: big, Developer: big, Team: big, Growth: big, Scale: big, Enterprise: big}
+	store := llmrate.NewMemoryStore()
+	h := newHarness(t, okHandler, llmrate.WithTiers(tt), llmrate.WithStore(store))
+	require.Equal(t, http.StatusOK, h.send("sk-big", 4*2*llmrate.MaxPerMinute).Code, "the whole 2e12 burst in one request")
+	assert.Equal(t, http.StatusTooManyRequests, h.send("sk-big", 4).Code)
+	h.clock.Advance(60 * time.Nanosecond) // 1e12/min = 1000 per 60 ns
+	lv := store.Levels("sk-big", "sk-big", big, big, h.clock.Now())
+	assert.Equal(t, int64(1000), lv[llmrate.KeyTokens])
+	h.clock.Advance(200 * 365 * 24 * time.Hour)
+	lv = store.Levels("sk-big", "sk-big", big, big, h.clock.Now())
+	assert.Equal(t, int64(2*llmrate.MaxPerMinute), lv[llmrate.KeyTokens], "two centuries later: exactly full, no overflow")
+}
+
+// 5. Retry-After.
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, okHandler)
+	// tokens: drain to 0 with a 400,000-token request, then ask for 100,000
+	require.Equal(t, http.StatusOK, h.send("sk-r", 1_600_000).Code)
+	w := h.send("sk-r", 400_000) // 100,000 tokens at 200,000/min: 30 s
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "30", w.Header().Get("Retry-After"))
+	h.clock.Advance(29*time.Second + 999*time.Millisecond)
+	w = h.send("sk-r", 400_000)
+	assert.Equal(t, "1", w.Header().Get("Retry-After"), "1 ms short rounds up to 1 s")
+	h.clock.Advance(time.Millisecond)
+	assert.Equal(t, http.StatusOK, h.send("sk-r", 400_000).Code, "fits exactly when Retry-After said")
+
+	// A wait over a minute is clamped to 60.
+	require.Equal(t, http.StatusOK, h.send("sk-r2", 1_600_000).Code)
+	w = h.send("sk-r2", 1_600_000) // 400,000 at 200,000/min: 120 s
+	assert.Equal(t, "60", w.Header().Get("Retry-After"))
+}
+
+func TestRequestLargerThanBucketNeverFits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, okHandler)
+	for range 3 {
+		w := h.send("sk-big", 4*400_001)
+		require.Equal(t, http.StatusTooManyRequests, w.Code)
+		assert.Equal(t, "60", w.Header().Get("Retry-After"))
+		assert.Contains(t, decodeErr(t, w).Error.Message, "Retrying will not help")
+		h.clock.Advance(24 * time.Hour)
+	}
+	assert.Equal(t, 200, h.burst("sk-big", 1000), "the refusals cost nothing")
+}
+
+// 6. Estimate.
+func TestEstimate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		cl   int64
+		want int64
+	}{{-1, 1}, {0, 1}, {3, 1}, {4, 1}, {7, 1}, {8, 2}, {1_200_000, 300_000}}
+	for _, c := range cases {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.ContentLength = c.cl
+		assert.Equal(t, c.want, llmrate.EstimateTokens(r), "Content-Length %d", c.cl)
+	}
+	// chunked: no declared length through a real server
+	var got, declared atomic.Int64
+	est := func(r *http.Request) int64 {
+		declared.Store(r.ContentLength)
+		v := llmrate.EstimateTokens(r)
+		got.Store(v)
+		return v
+	}
+	l, err := llmrate.New(llmrate.WithEstimator(est))
+	require.NoError(t, err)
+	srv := httptest.NewServer(l.Middleware(okHandler))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, io.MultiReader(strings.NewReader(strings.Repeat("x", 100000))))
+	req.Header.Set("Authorization", "Bearer sk-chunk")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, int64(-1), declared.Load(), "the server saw no declared length")
+	assert.Equal(t, int64(1), got.Load(), "chunked → floor of 1")
+
+	// A custom estimator is respected; below 1 counts as 1.
+	store := llmrate.NewMemoryStore()
+	h := newHarness(t, okHandler, llmrate.WithStore(store), llmrate.WithEstimator(func(*http.Request) int64 { return 1234 }))
+	require.Equal(t, http.StatusOK, h.send("sk-e", 0).Code)
+	assert.Equal(t, int64(400_000-1234), store.Levels("sk-e", "sk-e", free, free, h.clock.Now())[llmrate.KeyTokens])
+	h = newHarness(t, okHandler, llmrate.WithStore(store), llmrate.WithEstimator(func(*http.Request) int64 { return -5 }))
+	require.Equal(t, http.StatusOK, h.send("sk-neg", 0).Code)
+	assert.Equal(t, int64(400_000-1), store.Levels("sk-neg", "sk-neg", free, free, h.clock.Now())[llmrate.KeyTokens])
+}
+
+// 7. Tiers.
+func TestTiers(t *testing.T) {
+	t.Parallel()
+	d := llmrate.DefaultTiers()
+	want := map[llmrate.Tier]llmrate.Limits{
+		llmrate.Free:       {RequestsPerMinute: 100, TokensPerMinute: 200_000},
+		llmrate.Developer:  {RequestsPerMinute: 1000, TokensPerMinute: 2_000_000},
+		llmrate.Team:       {RequestsPerMinute: 1000, TokensPerMinute: 2_000_000},
+		llmrate.Growth:     {RequestsPerMinute: 5000, TokensPerMinute: 10_000_000},
+		llmrate.Scale:      {RequestsPerMinute: 20_000, TokensPerMinute: 40_000_000},
+		llmrate.Enterprise: {RequestsPerMinute: 50_000, TokensPerMinute: 100_000_000},
+	}
+	for tier, lim := range want {
+		assert.Equal(t, lim, d.For(tier), tier.String())
+		p, err := llmrate.ParseTier(strings.ToUpper(tier.String()))
+		require.NoError(t, err)
+		assert.Equal(t, tier, p)
+	}
+	_, err := llmrate.ParseTier("platinum")
+	assert.Error(t, err)
+	assert.Equal(t, "tier(9)", llmrate.Tier(9).String())
+	assert.Equal(t, d.Free, d.For(llmrate.Tier(9)), "out of range → Free")
+}
+
+func TestUnknownWorkspaceIsFreeEnterpriseEnforced(t *testing.T) {
+	t.Parallel()
+	res := llmrate.StaticTiers{"sk-ent": llmrate.Enterprise, "sk-growth": llmrate.Growth}
+	h := newHarness(t, okHandler, llmrate.WithTierResolver(res))
+	assert.Equal(t, 200, h.burst("sk-unknown", 1000), "unknown → Free")
+	assert.Equal(t, 10_000, h.burst("sk-growth", 20_000))
+	assert.Equal(t, 100_000, h.burst("sk-ent", 200_000), "Enterprise is enforced at its default")
+}
+
+func TestBadConfig(t *testing.T) {
+	t.Parallel()
+	bad := llmrate.DefaultTiers()
+	bad.Scale.TokensPerMinute = 0
+	_, err := llmrate.New(llmrate.WithTiers(bad), llmrate.WithClock(nil), llmrate.WithStoreTimeout(-1))
+	require.Error(t, err)
+	var ce *llmrate.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, err.Error(), "tier scale")
+	assert.Contains(t, err.Error(), "WithClock")
+	assert.Contains(t, err.Error(), "WithStoreTimeout")
+	assert.Panics(t, func() { llmrate.Middleware(llmrate.WithStore(nil)) })
+	bad = llmrate.DefaultTiers()
+	bad.Free.RequestsPerMinute = llmrate.MaxPerMinute + 1
+	_, err = llmrate.New(llmrate.WithTiers(bad))
+	assert.ErrorContains(t, err, "out of range")
+}
+
+// 8. Limits endpoint.
+func TestLimitsEndpoint(t *testing.T) {
+	t.Parallel()
+	l, err := llmrate.New(llmrate.WithTierResolver(llmrate.StaticTiers{"sk-ent": llmrate.Enterprise, "sk-team": llmrate.Team}))
+	require.NoError(t, err)
+	get := func(method, key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, "/platform/v1/limits", nil)
+		if key != "" {
+			r.Header.Set("x-api-key", key)
+		}
+		w := httptest.NewRecorder()
+		l.LimitsHandler().ServeHTTP(w, r)
+		return w
+	}
+	w := get(http.MethodGet, "sk-any")
+	require.Equal(t, http.StatusOK, w.Code)
+	assert.JSONEq(t, `{"tier":"free","requestsPerMin":100,"tokensPerMin":200000,"docs":"`+llmrate.DefaultDocsURL+`"}`, w.Body.String())
+	w = get(http.MethodGet, "sk-team")
+	assert.JSONEq(t, `{"tier":"team","requestsPerMin":1000,"tokensPerMin":2000000,"docs":"`+llmrate.DefaultDocsURL+`"}`, w.Body.String())
+	w = get(http.MethodGet, "sk-ent")
+	assert.JSONEq(t, `{"tier":"enterprise","requestsPerMin":null,"tokensPerMin":null,"note":"Limits on this plan are set in your agreement.","docs":"`+llmrate.DefaultDocsURL+`"}`, w.Body.String())
+	w = get(http.MethodPost, "")
+	assert.Equal(t, http.StatusMethodNotAllowed, w.Code, "405 is checked before identity")
+	assert.Equal(t, "GET, HEAD", w.Header().Get("Allow"))
+	w = get(http.MethodGet, "")
+	assert.Equal(t, http.StatusUnauthorized, w.Code)
+	assert.Equal(t, "missing_api_key", decodeErr(t, w).Error.Code)
+}
+
+// 9. Faults fail open; a missing key is a 401.
+func TestFaultsFailOpen(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"error", "hang", "ignore-ctx", "panic", "resolver-panic", "estimator-panic"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			core, logs := observer.New(zapcore.DebugLevel)
+			fs := &faultStore{mode: mode, release: make(chan struct{})}
+			t.Cleanup(func() { close(fs.release) })
+			opts := []llmrate.Option{llmrate.WithLogger(zap.New(core)), llmrate.WithStoreTimeout(20 * time.Millisecond), llmrate.WithStore(fs)}
+			switch mode {
+			case "resolver-panic":
+				opts = append(opts, llmrate.WithTierResolver(llmrate.TierResolverFunc(func(context.Context, string) (llmrate.Tier, bool) { panic("resolver") })))
+			case "estimator-panic":
+				opts = append(opts, llmrate.WithEstimator(func(*http.Request) int64 { panic("estimator") }))
+			}
+			h := newHarness(t, okHandler, opts...)
+			start := time.Now()
+			w := h.send("sk-secret-raw-key-123", 10)
+			assert.Less(t, time.Since(start), 5*time.Second, "bounded by the store timeout")
+			assert.Equal(t, http.StatusOK, w.Code, "the request passes through")
+			assert.Equal(t, int64(1), h.lim.FailOpens(), "the miss is counted")
+			require.Equal(t, 1, logs.FilterMessage("llmrate: failing open").Len(), "the miss is logged")
+			for _, e := range logs.All() {
+				assert.NotContains(t, fmt.Sprint(e.Message, e.ContextMap()), "sk-secret-raw-key-123", "raw key in a log line")
+				assert.Equal(t, llmrate.Fingerprint("sk-secret-raw-key-123"), e.ContextMap()["key_fp"])
+			}
+		})
+	}
+}
+
+func TestMissingKey401(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, okHandler)
+	for _, auth := range []string{"", "Basic abc", "Bearer ", "Bearer a b", "Bearer \x01x"} {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		w := httptest.NewRecorder()
+		h.h.ServeHTTP(w, r)
+		assert.Equal(t, http.StatusUnauthorized, w.Code, "%q", auth)
+		b := decodeErr(t, w)
+		assert.Equal(t, "missing_api_key", b.Error.Code)
+		assert.Equal(t, "invalid_request_error", b.Error.Type)
+	}
+}
+
+// 10. Concurrency.
+func TestConcurrentBurstExactly200(t *testing.T) {
+	t.Parallel()
+	for round := range 10 {
+		h := newHarness(t, okHandler)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 250 {
+			wg.Go(func() {
+				<-start
+				if h.send("sk-conc", 40).Code == http.StatusOK {
+					admitted.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.Equal(t, int64(200), admitted.Load(), "round %d", round)
+	}
+}
+
+// 11. A provider's own 429 passes through untouched.
+func TestProvider429Untouched(t *testing.T) {
+	t.Parallel()
+	body := `{"error":{"message":"Rate limit reached for gpt-4o","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
+	provider := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "17")
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, body)
+	})
+	h := newHarness(t, provider)
+	w := h.send("sk-p", 0)
+	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "17", w.Header().Get("Retry-After"))
+	assert.Equal(t, "0", w.Header().Get("X-Ratelimit-Remaining-Requests"))
+	assert.Empty(t, w.Header().Get("X-Request-Id"), "nothing added to the upstream response")
+	assert.Equal(t, body, w.Body.String())
+}
+
+// 12. Streaming is not harmed.
+func TestStreamingFlushReachesClientImmediately(t *testing.T) {
+	t.Parallel()
+	second := make(chan struct{})
+	var ifaces string
+	provider := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, isF := w.(http.Flusher)
+		_, isH := w.(http.Hijacker)
+		_, isR := w.(io.ReaderFrom)
+		ifaces = fmt.Sprint(isF, isH, isR)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"one\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-second: // the client saw event one before we write event two
+		case <-time.After(10 * time.Second):
+			t.Error("the first event never reached the client")
+			return
+		}
+		_, _ = io.WriteString(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}}\n\ndata: [DONE]\n\n")
+	})
+	l, err := llmrate.New()
+	require.NoError(t, err)
+	srv := httptest.NewServer(l.Middleware(provider))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer sk-stream")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	assert.Contains(t, line, `"one"`)
+	close(second)
+	rest, _ := io.ReadAll(br)
+	assert.Contains(t, string(rest), "[DONE]")
+	assert.Equal(t, "true true true", ifaces, "Flusher, Hijacker and ReaderFrom are preserved")
+}
+
+func TestHijackPreserved(t *testing.T) {
+	t.Parallel()
+	provider := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		_, _ = rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+		_ = rw.Flush()
+	})
+	l, err := llmrate.New()
+	require.NoError(t, err)
+	srv := httptest.NewServer(l.Middleware(provider))
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-h\r\n\r\n")
+	b, _ := io.ReadAll(c)
+	assert.True(t, strings.HasSuffix(string(b), "ok"), string(b))
+}
