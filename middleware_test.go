@@ -293,10 +293,21 @@ func TestTiers(t *testing.T) {
 func TestUnknownWorkspaceIsFreeEnterpriseEnforced(t *testing.T) {
 	t.Parallel()
 	res := llmrate.StaticTiers{"sk-ent": llmrate.Enterprise, "sk-growth": llmrate.Growth}
-	h := newHarness(t, okHandler, llmrate.WithTierResolver(res))
+	store := llmrate.NewMemoryStore()
+	h := newHarness(t, okHandler, llmrate.WithTierResolver(res), llmrate.WithStore(store))
 	assert.Equal(t, 200, h.burst("sk-unknown", 1000), "unknown → Free")
-	assert.Equal(t, 10_000, h.burst("sk-growth", 20_000))
-	assert.Equal(t, 100_000, h.burst("sk-ent", 200_000), "Enterprise is enforced at its default")
+	for key, tier := range map[string]llmrate.Tier{"sk-growth": llmrate.Growth, "sk-ent": llmrate.Enterprise} {
+		lim := llmrate.DefaultTiers().For(tier)
+		// Half the token burst per request: exactly two fit, the third is refused.
+		cl := 4 * lim.TokensPerMinute
+		assert.Equal(t, http.StatusOK, h.send(key, cl).Code, tier.String())
+		assert.Equal(t, http.StatusOK, h.send(key, cl).Code, tier.String())
+		w := h.send(key, cl)
+		assert.Equal(t, http.StatusTooManyRequests, w.Code, "%s is enforced", tier)
+		assert.Contains(t, decodeErr(t, w).Error.Message, "on the "+tier.String()+" tier")
+		lv := store.Levels(key, key, lim, lim, h.clock.Now())
+		assert.Equal(t, [4]int64{2*lim.RequestsPerMinute - 2, 0, 2*lim.RequestsPerMinute - 2, 0}, lv, tier.String())
+	}
 }
 
 func TestBadConfig(t *testing.T) {
