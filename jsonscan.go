@@ -1,5 +1,10 @@
 package llmrate
 
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
 // jsonScan is an incremental (push) JSON parser that validates one document
 // at a time, byte by byte, across any write boundaries, in constant memory,
 // and records only the values at the fixed usage paths. Everything else —
@@ -205,14 +210,10 @@ func (p *jsonScan) write(b []byte) {
 		c := b[i]
 		switch p.state {
 		case sStr:
-			// Fast path: skip plain string bytes.
-			j := i
-			for j < len(b) {
+			// Fast path: skip plain string bytes, eight at a time.
+			j := i + plainRun(b[i:])
+			if j < len(b) {
 				c = b[j]
-				if c == '"' || c == '\\' || c < 0x20 {
-					break
-				}
-				j++
 			}
 			if p.strCap != capNone {
 				p.capture(b[i:j])
@@ -280,6 +281,19 @@ func (p *jsonScan) write(b []byte) {
 				}
 			}
 		case sNum:
+			if p.numPhase == nInt && !p.numPlain || p.numPhase == nFrac || p.numPhase == nExp {
+				// Fast path: digits whose value is not needed.
+				j := i
+				for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+					j++
+				}
+				if j == len(b) {
+					return
+				}
+				if j > i {
+					i, c = j, b[j]
+				}
+			}
 			if p.numByte(c) {
 				continue
 			}
@@ -312,11 +326,7 @@ func (p *jsonScan) write(b []byte) {
 			}
 			switch {
 			case c == '"':
-				p.state, p.isKey = sStr, true
-				p.strCap = capNone
-				if p.node() != nkOther {
-					p.strCap, p.keyLen, p.keyOver = capKey, 0, false
-				}
+				p.beginKey()
 			case c == '}' && p.state == sObjFirst:
 				p.closeContainer(false)
 			default:
@@ -344,6 +354,10 @@ func (p *jsonScan) write(b []byte) {
 				}
 			case c == ',':
 				p.state = sObjKey
+				if i+1 < len(b) && b[i+1] == '"' {
+					i++
+					p.beginKey()
+				}
 			case c == ']' && arr:
 				p.closeContainer(true)
 			case c == '}' && !arr:
@@ -359,6 +373,42 @@ func (p *jsonScan) write(b []byte) {
 			return
 		}
 	}
+}
+
+// beginKey starts a member name (after its opening quote).
+func (p *jsonScan) beginKey() {
+	p.state, p.isKey = sStr, true
+	p.strCap = capNone
+	if p.node() != nkOther {
+		p.strCap, p.keyLen, p.keyOver = capKey, 0, false
+	}
+}
+
+// plainRun returns how many leading bytes of b are plain string content:
+// not '"', not '\\', not a control byte. It tests eight bytes per step
+// (SWAR): a word's flag bits are set at bytes that are a quote, a backslash
+// or below 0x20, and the lowest flag is always exact.
+func plainRun(b []byte) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (ones * '"')
+		s := x ^ (ones * '\\')
+		m := ((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)
+		if m &= highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+			break
+		}
+	}
+	return i
 }
 
 // capture appends decoded string bytes to the key or type buffer.
@@ -399,7 +449,8 @@ func (p *jsonScan) beginValue(c byte) {
 			p.strCap = capType
 		}
 	case c == '-' || (c >= '0' && c <= '9'):
-		p.state, p.numPlain, p.numOver, p.num = sNum, true, false, 0
+		// numPlain tracks the value only where it is a counted field.
+		p.state, p.numPlain, p.numOver, p.num = sNum, p.pend == pField, false, 0
 		p.numPhase = nMinus
 		if c != '-' {
 			p.numPhase = nInt

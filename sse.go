@@ -99,6 +99,14 @@ func (s *UsageScanner) reset(contentType, contentEncoding string) {
 	}
 }
 
+// Reset makes s ready for a new body, keeping its memory.
+func (s *UsageScanner) Reset(contentType, contentEncoding string) {
+	if s.gz != nil {
+		s.gz.close()
+	}
+	s.reset(contentType, contentEncoding)
+}
+
 // Write feeds body bytes as they were sent to the client. It never fails.
 func (s *UsageScanner) Write(p []byte) (int, error) {
 	if s.gz != nil {
@@ -200,6 +208,12 @@ func (s *UsageScanner) feedSSELines(p []byte) {
 		}
 		switch s.phase {
 		case lineField:
+			if s.flen == 0 && len(p)-i >= 5 && string(p[i:i+5]) == "data:" {
+				// Fast path: a data line.
+				s.flen, s.phase = 4, lineDataSp
+				i += 5
+				continue
+			}
 			switch c {
 			case '\r', '\n':
 				s.endLine(c)

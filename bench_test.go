@@ -1,0 +1,221 @@
+package llmrate_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/stretchr/testify/assert"
+)
+
+var sseEvent = []byte("data: {\"id\":\"chatcmpl-9xYz\",\"object\":\"chat.completion.chunk\",\"created\":1732000000,\"model\":\"gpt-4o-2024-08-06\",\"system_fingerprint\":\"fp_abc123\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" tokens\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n")
+
+// BenchmarkScanSSE: the scanner on a content-delta-heavy stream.
+func BenchmarkScanSSE(b *testing.B) {
+	block := bytes.Repeat(sseEvent, 1000)
+	s := llmrate.NewUsageScanner("text/event-stream", "")
+	b.SetBytes(int64(len(block)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		_, _ = s.Write(block)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/event")
+}
+
+// BenchmarkScanSSEEncodingJSON: what decoding every event with
+// encoding/json costs, for comparison in the same run.
+func BenchmarkScanSSEEncodingJSON(b *testing.B) {
+	block := bytes.Repeat(sseEvent, 1000)
+	b.SetBytes(int64(len(block)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		for _, ev := range bytes.Split(block, []byte("\n\n")) {
+			data, ok := bytes.CutPrefix(ev, []byte("data: "))
+			if !ok {
+				continue
+			}
+			var v map[string]any
+			_ = json.Unmarshal(data, &v)
+			_, _ = v["usage"].(map[string]any)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/event")
+}
+
+func largeJSON(b *testing.B) []byte {
+	body, err := os.ReadFile(filepath.Join(fixtureDir, "anthropic-messages.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+// BenchmarkScanJSON: the scanner on a large JSON response.
+func BenchmarkScanJSON(b *testing.B) {
+	body := largeJSON(b)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	s := llmrate.NewUsageScanner("application/json", "")
+	for range b.N {
+		_, _ = s.Write(body)
+		if _, ok := s.Finish(); !ok {
+			b.Fatal("no usage")
+		}
+		s.Reset("application/json", "")
+	}
+}
+
+func BenchmarkScanJSONEncodingJSON(b *testing.B) {
+	body := largeJSON(b)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for range b.N {
+		var v map[string]any
+		if err := json.Unmarshal(body, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkScan100MB: memory for scanning a 100 MB stream (B/op is the whole
+// run's allocation).
+func BenchmarkScan100MB(b *testing.B) {
+	block := bytes.Repeat(sseEvent, 4096)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		s := llmrate.NewUsageScanner("text/event-stream", "")
+		for n := 0; n < 100<<20; n += len(block) {
+			_, _ = s.Write(block)
+		}
+		s.Finish()
+	}
+}
+
+func benchAdmitReq(key string) llmrate.AdmitRequest {
+	free := llmrate.DefaultTiers().Free
+	huge := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+	_ = free
+	return llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: huge, WorkspaceLimits: huge, Tokens: 1, Now: time.Unix(1, 0)}
+}
+
+// BenchmarkAdmitHotKey: four-bucket admission of one known key, serial.
+func BenchmarkAdmitHotKey(b *testing.B) {
+	s := llmrate.NewMemoryStore()
+	req := benchAdmitReq("sk-hot")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := range b.N {
+		req.Now = time.Unix(0, int64(i))
+		if d, _ := s.Admit(ctx, req); !d.Allowed {
+			b.Fatal("refused")
+		}
+	}
+}
+
+// BenchmarkAdmitHotKeyParallel: one known key from every goroutine.
+func BenchmarkAdmitHotKeyParallel(b *testing.B) {
+	s := llmrate.NewMemoryStore()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req := benchAdmitReq("sk-hot")
+		i := int64(0)
+		for pb.Next() {
+			i++
+			req.Now = time.Unix(0, i)
+			_, _ = s.Admit(ctx, req)
+		}
+	})
+}
+
+// BenchmarkAdmitDistinctKeys: 100,000 keys round-robin, parallel.
+func BenchmarkAdmitDistinctKeys(b *testing.B) {
+	s := llmrate.NewMemoryStore()
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("sk-%08d", i)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req := benchAdmitReq("")
+		i := int(time.Now().UnixNano() % 100_000)
+		for pb.Next() {
+			i++
+			req.Key = keys[i%len(keys)]
+			req.Workspace = req.Key
+			_, _ = s.Admit(ctx, req)
+		}
+	})
+}
+
+// reusableWriter is a ResponseWriter reused across iterations.
+type reusableWriter struct{ h http.Header }
+
+func (w *reusableWriter) Header() http.Header         { return w.h }
+func (w *reusableWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *reusableWriter) WriteHeader(int)             {}
+
+var oneKBResponse = []byte(`{"id":"chatcmpl-abc123","object":"chat.completion","created":1732000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("word ", 150) + `","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":150,"total_tokens":169},"system_fingerprint":"fp_abc"}`)
+
+// BenchmarkMiddleware: the whole per-request overhead (admit, wrap, scan a
+// 1 KB OpenAI JSON response with usage, reconcile).
+func BenchmarkMiddleware(b *testing.B) {
+	huge := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+	tt := llmrate.TierTable{Free: huge, Developer: huge, Team: huge, Growth: huge, Scale: huge, Enterprise: huge}
+	l, _ := llmrate.New(llmrate.WithTiers(tt))
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = []string{"application/json"}
+		_, _ = w.Write(oneKBResponse)
+	})
+	h := l.Middleware(next)
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	r.Header.Set("Authorization", "Bearer sk-bench")
+	r.ContentLength = 400
+	w := &reusableWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for range b.N {
+		h.ServeHTTP(w, r)
+	}
+}
+
+// BenchmarkBareHandler: the same handler without the middleware.
+func BenchmarkBareHandler(b *testing.B) {
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = []string{"application/json"}
+		_, _ = w.Write(oneKBResponse)
+	})
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	w := &reusableWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for range b.N {
+		next.ServeHTTP(w, r)
+	}
+}
+
+// TestAdmitHotPathAllocs: admitting a known key allocates nothing. A
+// regression fails CI without timing anything.
+func TestAdmitHotPathAllocs(t *testing.T) {
+	s := llmrate.NewMemoryStore()
+	req := benchAdmitReq("sk-allocs")
+	ctx := context.Background()
+	_, _ = s.Admit(ctx, req) // the key is now known
+	allocs := testing.AllocsPerRun(1000, func() {
+		_, _ = s.Admit(ctx, req)
+		_ = s.Reconcile(ctx, llmrate.ReconcileRequest{Key: req.Key, Workspace: req.Workspace, KeyLimits: req.KeyLimits, WorkspaceLimits: req.WorkspaceLimits, Estimate: 1, Actual: 2, Now: req.Now})
+	})
+	assert.Zero(t, allocs, "allocations per admission+reconcile of a known key")
+}
