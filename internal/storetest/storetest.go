@@ -1,0 +1,246 @@
+// Package storetest is the conformance suite every llmrate.Store must pass:
+// the same requests, on the same fake clock, through the real middleware,
+// with the same outcomes.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Factory returns a fresh, empty store that reads time from clock (stores
+// with a clock of their own must be configured to use it).
+type Factory func(t *testing.T, clock func() time.Time) llmrate.Store
+
+// Clock is a settable fake clock on whole microseconds.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock at a fixed instant.
+func NewClock() *Clock { return &Clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
+
+// Now returns the current fake time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock (backwards for negative d).
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// usageHeader tells the provider below what usage to report.
+const usageHeader = "X-Test-Usage"
+
+var provider = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if u := r.Header.Get(usageHeader); u != "" {
+		_, _ = fmt.Fprintf(w, `{"usage":{"prompt_tokens":%s,"completion_tokens":0}}`, u)
+		return
+	}
+	_, _ = io.WriteString(w, `{"choices":[]}`)
+})
+
+type env struct {
+	t     *testing.T
+	clock *Clock
+	h     http.Handler
+}
+
+func newEnv(t *testing.T, f Factory, opts ...llmrate.Option) *env {
+	t.Helper()
+	c := NewClock()
+	l, err := llmrate.New(append([]llmrate.Option{
+		llmrate.WithStore(f(t, c.Now)), llmrate.WithClock(c.Now),
+		llmrate.WithRateLimitHeaders(llmrate.HeadersOpenAI), llmrate.WithStoreTimeout(2 * time.Second),
+	}, opts...)...)
+	require.NoError(t, err)
+	return &env{t: t, clock: c, h: l.Middleware(provider)}
+}
+
+type reply struct {
+	code           int
+	retryAfter     string
+	remReq, remTok int64
+	hadHeaders     bool
+}
+
+func (e *env) send(key string, contentLength int64, usage int64) reply {
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(""))
+	r.ContentLength = contentLength
+	r.Header.Set("Authorization", "Bearer "+key)
+	if usage >= 0 {
+		r.Header.Set(usageHeader, strconv.FormatInt(usage, 10))
+	}
+	w := httptest.NewRecorder()
+	e.h.ServeHTTP(w, r)
+	rp := reply{code: w.Code, retryAfter: w.Header().Get("Retry-After")}
+	rq, okq := w.Header()[llmrate.HeaderRemainingRequests]
+	rt, okt := w.Header()[llmrate.HeaderRemainingTokens]
+	rp.hadHeaders = okq && okt
+	if rp.hadHeaders {
+		rp.remReq, _ = strconv.ParseInt(rq[0], 10, 64)
+		rp.remTok, _ = strconv.ParseInt(rt[0], 10, 64)
+	}
+	require.True(e.t, rp.hadHeaders || w.Code != http.StatusOK && w.Code != http.StatusTooManyRequests, "no rate-limit headers: the limiter failed open?")
+	return rp
+}
+
+func (e *env) burst(key string, limit int) int {
+	for i := range limit {
+		if r := e.send(key, 0, -1); r.code != http.StatusOK {
+			require.Equal(e.t, http.StatusTooManyRequests, r.code)
+			return i
+		}
+	}
+	return limit
+}
+
+// Run runs the suite against stores made by f.
+func Run(t *testing.T, f Factory) {
+	t.Run("WorkedExample", func(t *testing.T) {
+		e := newEnv(t, f)
+		assert.Equal(t, 200, e.burst("sk-w", 1000))
+		r := e.send("sk-w", 0, -1)
+		assert.Equal(t, http.StatusTooManyRequests, r.code)
+		assert.Equal(t, "1", r.retryAfter)
+		e.clock.Advance(1200 * time.Millisecond)
+		assert.Equal(t, 2, e.burst("sk-w", 10))
+	})
+	t.Run("RollbackOnRefusal", func(t *testing.T) {
+		e := newEnv(t, f)
+		r := e.send("sk-r", 1_200_000, -1) // 300,000 tokens
+		require.Equal(t, http.StatusOK, r.code)
+		assert.Equal(t, int64(199), r.remReq)
+		assert.Equal(t, int64(100_000), r.remTok)
+		r = e.send("sk-r", 600_000, -1) // 150,000 tokens: refused
+		require.Equal(t, http.StatusTooManyRequests, r.code)
+		assert.Equal(t, int64(199), r.remReq, "the refusal's request debit was rolled back")
+		assert.Equal(t, int64(100_000), r.remTok)
+		assert.Equal(t, "15", r.retryAfter, "50,000 tokens at 200,000/min")
+		assert.Equal(t, 199, e.burst("sk-r", 1000), "the whole remaining request allowance is there")
+	})
+	t.Run("ReconcileCreditAndDebit", func(t *testing.T) {
+		e := newEnv(t, f)
+		require.Equal(t, http.StatusOK, e.send("sk-c", 1_200_000, 50_000).code) // est 300,000, used 50,000
+		r := e.send("sk-c", 4, -1)
+		assert.Equal(t, int64(350_000-1), r.remTok, "250,000 credited back")
+		require.Equal(t, http.StatusOK, e.send("sk-c", 4, 500_000).code) // est 1, used 500,000
+		r = e.send("sk-c", 4, -1)
+		require.Equal(t, http.StatusTooManyRequests, r.code, "the bucket is in debt")
+		// level: 349,999 - 1 - 499,999 = -150,001; 1 token needs 150,002 at 200,000/min = 45.0006 s
+		assert.Equal(t, "46", r.retryAfter)
+		assert.Equal(t, int64(0), r.remTok, "remaining never shows negative")
+	})
+	t.Run("BoundsAndIdleRefill", func(t *testing.T) {
+		e := newEnv(t, f)
+		require.Equal(t, http.StatusOK, e.send("sk-b", 4, 1_000_000_000_000_000).code) // absurd usage
+		r := e.send("sk-b", 4, -1)
+		require.Equal(t, http.StatusTooManyRequests, r.code)
+		assert.Equal(t, "60", r.retryAfter, "bounded debt: 800,000 charged, at most minutes to repay")
+		// level: 400,000 - 1 (estimate) - (800,000 - 1) = -400,000. One token
+		// needs 400,001 at 200,000/min: 120 s + 300 µs.
+		e.clock.Advance(120 * time.Second)
+		r = e.send("sk-b", 4, -1)
+		assert.Equal(t, http.StatusTooManyRequests, r.code)
+		assert.Equal(t, "1", r.retryAfter)
+		e.clock.Advance(299 * time.Microsecond)
+		assert.Equal(t, http.StatusTooManyRequests, e.send("sk-b", 4, -1).code, "1 µs early")
+		e.clock.Advance(time.Microsecond)
+		assert.Equal(t, http.StatusOK, e.send("sk-b", 4, -1).code, "exactly on time")
+	})
+	t.Run("IdleHourExactlyFull", func(t *testing.T) {
+		e := newEnv(t, f)
+		require.Equal(t, http.StatusOK, e.send("sk-i", 4, 900_000).code)
+		e.clock.Advance(time.Hour)
+		r := e.send("sk-i", 4, -1)
+		assert.Equal(t, int64(199), r.remReq)
+		assert.Equal(t, int64(400_000-1), r.remTok, "full again, never more")
+		assert.Equal(t, 199, e.burst("sk-i", 1000), "200 admitted after the hour, not 201")
+	})
+	t.Run("BackwardsClock", func(t *testing.T) {
+		e := newEnv(t, f)
+		require.Equal(t, 200, e.burst("sk-bc", 1000))
+		e.clock.Advance(-time.Hour)
+		assert.Equal(t, 0, e.burst("sk-bc", 5))
+		e.clock.Advance(time.Hour + 600*time.Millisecond)
+		assert.Equal(t, 1, e.burst("sk-bc", 5))
+	})
+	t.Run("TierChangeKeepsLevel", func(t *testing.T) {
+		var tier atomic.Int64
+		tier.Store(int64(llmrate.Growth))
+		res := llmrate.TierResolverFunc(func(_ context.Context, _ string) (llmrate.Tier, bool) { return llmrate.Tier(tier.Load()), true })
+		e := newEnv(t, f, llmrate.WithTierResolver(res))
+		assert.Equal(t, http.StatusOK, e.send("sk-t", 0, -1).code)
+		tier.Store(int64(llmrate.Free))
+		r := e.send("sk-t", 0, -1)
+		assert.Equal(t, int64(199), r.remReq, "clamped to Free's capacity, then debited")
+		assert.Equal(t, 199, e.burst("sk-t", 1000))
+		tier.Store(int64(llmrate.Growth))
+		assert.Equal(t, 0, e.burst("sk-t", 5), "no reset and no free refill on upgrade")
+		e.clock.Advance(12 * time.Millisecond) // Growth refills 5,000/min: one per 12 ms
+		assert.Equal(t, 1, e.burst("sk-t", 5))
+	})
+	t.Run("TwoKeysOneWorkspace", func(t *testing.T) {
+		e := newEnv(t, f, llmrate.WithWorkspace(func(*http.Request) (string, error) { return "team", nil }))
+		n := 0
+		for i := range 400 {
+			if e.send([]string{"k1", "k2"}[i%2], 0, -1).code == http.StatusOK {
+				n++
+			}
+		}
+		assert.Equal(t, 200, n)
+	})
+	t.Run("NeverFits", func(t *testing.T) {
+		e := newEnv(t, f)
+		r := e.send("sk-n", 4*400_001, -1)
+		assert.Equal(t, http.StatusTooManyRequests, r.code)
+		assert.Equal(t, "60", r.retryAfter)
+		assert.Equal(t, int64(200), r.remReq)
+	})
+	t.Run("HugeFigures", func(t *testing.T) {
+		big := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+		e := newEnv(t, f, llmrate.WithTiers(llmrate.TierTable{Free: big, Developer: big, Team: big, Growth: big, Scale: big, Enterprise: big}))
+		require.Equal(t, http.StatusOK, e.send("sk-h", 4*2*llmrate.MaxPerMinute, -1).code)
+		e.clock.Advance(37*time.Second + 123456*time.Microsecond)
+		r := e.send("sk-h", 4, -1)
+		// 1e12/min over 37.123456 s = 618,724,266,666.67 tokens, minus this request's 1
+		assert.Equal(t, int64(618_724_266_666-1), r.remTok)
+		e.clock.Advance(500 * 24 * time.Hour)
+		r = e.send("sk-h", 4, -1)
+		assert.Equal(t, int64(2*llmrate.MaxPerMinute-1), r.remTok, "years later: exactly full")
+	})
+	t.Run("Concurrent250", func(t *testing.T) {
+		e := newEnv(t, f)
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		for range 250 {
+			wg.Go(func() {
+				if e.send("sk-cc", 0, -1).code == http.StatusOK {
+					n.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, int64(200), n.Load())
+	})
+}

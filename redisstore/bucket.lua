@@ -1,0 +1,91 @@
+-- Shared by admit.lua and reconcile.lua (concatenated in front of them).
+--
+-- Exact integer token buckets in Lua 5.1, whose numbers are doubles: every
+-- intermediate value below stays under 2^53, so all arithmetic is exact.
+-- Time is in microseconds; a bucket's fraction is in 1/M units, M = one
+-- minute in microseconds, exactly as the memory store does in nanoseconds.
+local M = 60000000
+local LIMB = 1048576 -- 2^20
+
+local function divmod(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+    r = r + b
+  elseif r >= b then
+    q = q + 1
+    r = r - b
+  end
+  return q, r
+end
+
+-- refill returns level, frac after dt microseconds at rate units per minute,
+-- capped at cap. rate <= 1e12, b < M, so rh*b, xr*LIMB and rl*b are < 2^47.
+local function refill(level, frac, rate, cap, dt)
+  if level >= cap then return cap, 0 end
+  if dt <= 0 then return level, frac end
+  local need = cap - level
+  if dt >= (math.floor(need / rate) + 1) * M then return cap, 0 end
+  local a, b = divmod(dt, M)
+  local rh, rl = divmod(rate, LIMB)
+  local xq, xr = divmod(rh * b, M)
+  local tq, tr = divmod(xr * LIMB + rl * b + frac, M)
+  local add = rate * a + xq * LIMB + tq
+  if add >= need then return cap, 0 end
+  return level + add, tr
+end
+
+-- wait returns the whole seconds (rounded up, at most 60) until the bucket
+-- holds n, and whether n can never fit.
+local function wait(level, frac, n, rate, cap)
+  if n > cap then return 60, true end
+  if level >= n then return 0, false end
+  local d = n - level
+  if d > rate then return 60, false end
+  -- ceil((d*M - frac) / (rate * 1e6)) = ceil((60d - frac/1e6) / rate)
+  local fq, fr = divmod(frac, 1000000)
+  local B = 60 * d - fq
+  if fr == 0 then
+    local q, r = divmod(B, rate)
+    if r > 0 then q = q + 1 end
+    return q, false
+  end
+  local q = divmod(B - 1, rate)
+  return q + 1, false
+end
+
+-- ttl returns milliseconds until time alone refills the bucket to full, with
+-- a one-second margin, so a key never expires while it still owes.
+local function ttl(level, rate, cap)
+  if level >= cap then return 1000 end
+  return math.ceil((cap - level) * 60000 / rate) + 1000
+end
+
+local function now_us(arg)
+  if arg ~= "" then return tonumber(arg) end
+  local t = redis.call("TIME")
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- load returns the entry {last, rl, rf, tl, tf} of a hash, created full at
+-- now when absent, advanced to now (a clock going backwards refills nothing).
+local function load(key, now, rrate, trate)
+  local v = redis.call("HMGET", key, "last", "rl", "rf", "tl", "tf")
+  local e
+  if v[1] then
+    e = {tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4]), tonumber(v[5])}
+  else
+    e = {now, 2 * rrate, 0, 2 * trate, 0}
+  end
+  local dt = now - e[1]
+  if dt > 0 then e[1] = now else dt = 0 end
+  e[2], e[3] = refill(e[2], e[3], rrate, 2 * rrate, dt)
+  e[4], e[5] = refill(e[4], e[5], trate, 2 * trate, dt)
+  return e
+end
+
+local function store(key, e, rrate, trate)
+  redis.call("HSET", key, "last", e[1], "rl", e[2], "rf", e[3], "tl", e[4], "tf", e[5])
+  redis.call("PEXPIRE", key, math.max(ttl(e[2], rrate, 2 * rrate), ttl(e[4], trate, 2 * trate)))
+end

@@ -1,0 +1,270 @@
+// Package redisstore is an llmrate.Store on Redis or Valkey, so that many
+// gateway processes enforce one exact global limit.
+//
+// Each admission is one round trip: a Lua script (run by SHA, loaded on
+// first use) checks and debits all four buckets all or nothing, on the
+// Redis server's clock (TIME), so gateway hosts with skewed clocks cannot
+// mint capacity. Each reconcile is one more round trip.
+//
+// Keys: a request's two entries (the key's buckets within its workspace, and
+// the workspace's buckets) are hashes named
+//
+//	<prefix>:{<workspace hash>}:k:<key hash>
+//	<prefix>:{<workspace hash>}:w
+//
+// The {…} hash tag puts both in one Redis Cluster slot, so the script is
+// cluster-safe. The hashes are keyed (HMAC-SHA256 with WithHashKey's
+// secret), so neither a raw API key nor a workspace name appears in Redis.
+// Every entry expires once time alone would have refilled it to full (plus a
+// second), so Redis holds active buckets only.
+//
+// Arithmetic is exact, in microseconds (Redis's TIME resolution), with the
+// same results as the memory store's for clock readings on whole
+// microseconds.
+package redisstore
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed bucket.lua
+	bucketLua string
+	//go:embed admit.lua
+	admitLua string
+	//go:embed reconcile.lua
+	reconcileLua string
+
+	admitScript     = redis.NewScript(bucketLua + admitLua)
+	reconcileScript = redis.NewScript(bucketLua + reconcileLua)
+)
+
+// Defaults.
+const (
+	DefaultPrefix        = "llmrate"
+	DefaultTimeout       = 30 * time.Millisecond
+	DefaultRetryInterval = time.Second
+)
+
+// defaultHashKey keys the name hashes when WithHashKey is not given. Set
+// your own shared secret in production: with it, names in Redis cannot be
+// matched to keys even by someone who can guess them.
+const defaultHashKey = "llmrate/redisstore/v1"
+
+// Store is an llmrate.Store on Redis. It is safe for concurrent use.
+type Store struct {
+	c        redis.UniversalClient
+	prefix   string
+	hashKey  []byte
+	clock    func() time.Time
+	timeout  time.Duration
+	retry    time.Duration
+	fallback *llmrate.MemoryStore
+
+	downUntil atomic.Int64 // unix ns: Redis is not tried before this
+	errors    atomic.Int64
+}
+
+var _ llmrate.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*Store) error
+
+// WithPrefix sets the prefix of every key name. Default: DefaultPrefix. It
+// must not be empty or contain '{' or '}'.
+func WithPrefix(p string) Option {
+	return func(s *Store) error {
+		if p == "" || strings.ContainsAny(p, "{}") {
+			return fmt.Errorf("redisstore: invalid prefix %q", p)
+		}
+		s.prefix = p
+		return nil
+	}
+}
+
+// WithHashKey sets the secret that keys the name hashes. Every gateway
+// sharing the limits must use the same one. Default: a fixed public key.
+func WithHashKey(secret []byte) Option {
+	return func(s *Store) error {
+		if len(secret) == 0 {
+			return errors.New("redisstore: empty hash key")
+		}
+		s.hashKey = append([]byte(nil), secret...)
+		return nil
+	}
+}
+
+// WithClock makes the scripts use this clock instead of the Redis server's
+// TIME (for tests: all processes must then share it). Readings are used at
+// microsecond resolution.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) error {
+		if now == nil {
+			return errors.New("redisstore: nil clock")
+		}
+		s.clock = now
+		return nil
+	}
+}
+
+// WithTimeout bounds each Redis call. Default: DefaultTimeout. Keep it below
+// the limiter's store timeout (llmrate.WithStoreTimeout, 50 ms by default)
+// so that WithFallbackLocal can answer in time.
+func WithTimeout(d time.Duration) Option {
+	return func(s *Store) error {
+		if d <= 0 {
+			return errors.New("redisstore: timeout must be positive")
+		}
+		s.timeout = d
+		return nil
+	}
+}
+
+// WithRetryInterval sets how long the store stops trying Redis after a
+// failed call, so that an outage does not add the timeout to every request.
+// Shared enforcement resumes on the first successful call after it.
+// Default: DefaultRetryInterval.
+func WithRetryInterval(d time.Duration) Option {
+	return func(s *Store) error {
+		if d < 0 {
+			return errors.New("redisstore: negative retry interval")
+		}
+		s.retry = d
+		return nil
+	}
+}
+
+// WithFallbackLocal enforces per-process in-memory buckets while Redis is
+// unreachable, instead of returning the error (which makes the limiter fail
+// open and pass everything). Limits are then per process until Redis is
+// back.
+func WithFallbackLocal(opts ...llmrate.MemoryOption) Option {
+	return func(s *Store) error {
+		s.fallback = llmrate.NewMemoryStore(opts...)
+		return nil
+	}
+}
+
+// New returns a Store on client (a *redis.Client, *redis.ClusterClient or
+// Sentinel-backed client).
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	s := &Store{c: client, prefix: DefaultPrefix, hashKey: []byte(defaultHashKey), timeout: DefaultTimeout, retry: DefaultRetryInterval}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("redisstore: nil option")
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Errors returns how many Redis calls failed.
+func (s *Store) Errors() int64 { return s.errors.Load() }
+
+// Keys returns the Redis key names of the two entries of (key, workspace).
+func (s *Store) Keys(key, workspace string) (keyEntry, workspaceEntry string) {
+	ws := s.hash("w\x00" + workspace)
+	return s.prefix + ":{" + ws + "}:k:" + s.hash("k\x00"+key), s.prefix + ":{" + ws + "}:w"
+}
+
+func (s *Store) hash(v string) string {
+	m := hmac.New(sha256.New, s.hashKey)
+	m.Write([]byte(v))
+	return hex.EncodeToString(m.Sum(nil)[:12])
+}
+
+func (s *Store) nowArg() string {
+	if s.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.clock().UnixMicro(), 10)
+}
+
+// up reports whether Redis should be tried now.
+func (s *Store) up() bool { return time.Now().UnixNano() >= s.downUntil.Load() }
+
+func (s *Store) failed(err error) error {
+	s.errors.Add(1)
+	s.downUntil.Store(time.Now().Add(s.retry).UnixNano())
+	return fmt.Errorf("redisstore: %w", err)
+}
+
+var errDown = errors.New("redisstore: redis unavailable, retrying later")
+
+// Admit implements llmrate.Store in one round trip.
+func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
+	if !s.up() {
+		return s.admitLocal(ctx, r, errDown)
+	}
+	k, w := s.Keys(r.Key, r.Workspace)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	res, err := admitScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), r.Tokens,
+		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
+		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute).Int64Slice()
+	if err == nil && len(res) != 8 {
+		err = fmt.Errorf("admit script returned %d values", len(res))
+	}
+	if err != nil {
+		return s.admitLocal(ctx, r, s.failed(err))
+	}
+	d := llmrate.Decision{
+		Allowed:    res[0] == 1,
+		Refused:    llmrate.Bucket(res[1]),
+		RetryAfter: time.Duration(res[2]) * time.Second,
+		NeverFits:  res[3] == 1,
+		Remaining:  [4]int64{res[4], res[5], res[6], res[7]},
+	}
+	return d, nil
+}
+
+func (s *Store) admitLocal(ctx context.Context, r llmrate.AdmitRequest, err error) (llmrate.Decision, error) {
+	if s.fallback == nil {
+		return llmrate.Decision{}, err
+	}
+	return s.fallback.Admit(ctx, r)
+}
+
+// Reconcile implements llmrate.Store in one round trip.
+func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error {
+	if !s.up() {
+		return s.reconcileLocal(ctx, r, errDown)
+	}
+	k, w := s.Keys(r.Key, r.Workspace)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	bound := func(actual, tpm int64) int64 { return max(0, min(actual, 4*tpm)) }
+	err := reconcileScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), r.Estimate,
+		bound(r.Actual, r.KeyLimits.TokensPerMinute), bound(r.Actual, r.WorkspaceLimits.TokensPerMinute),
+		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
+		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute).Err()
+	if err != nil {
+		return s.reconcileLocal(ctx, r, s.failed(err))
+	}
+	return nil
+}
+
+func (s *Store) reconcileLocal(ctx context.Context, r llmrate.ReconcileRequest, err error) error {
+	if s.fallback == nil {
+		return err
+	}
+	return s.fallback.Reconcile(ctx, r)
+}

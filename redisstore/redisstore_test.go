@@ -1,0 +1,240 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/storetest"
+	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var prefixes atomic.Int64
+
+func client(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newStore(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	p := "t" + strconv.FormatInt(prefixes.Add(1), 10)
+	s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(p), redisstore.WithTimeout(time.Second)}, opts...)...)
+	require.NoError(t, err)
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	storetest.Run(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
+		return newStore(t, c, redisstore.WithClock(clock))
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	addrs := redistest.Cluster(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.ForEachShard(context.Background(), func(ctx context.Context, s *redis.Client) error { return s.Ping(ctx).Err() }))
+	storetest.Run(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
+		return newStore(t, c, redisstore.WithClock(clock))
+	})
+	// Keys were spread over the nodes, each request's two in one slot.
+	var keys int64
+	_ = c.ForEachMaster(context.Background(), func(ctx context.Context, s *redis.Client) error {
+		n, err := s.DBSize(ctx).Result()
+		atomic.AddInt64(&keys, n)
+		return err
+	})
+	assert.Positive(t, keys)
+}
+
+func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return out
+}
+
+// TestOneRoundTripPerAdmission counts the commands the server ran.
+func TestOneRoundTripPerAdmission(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	s := newStore(t, c)
+	l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithStoreTimeout(time.Second))
+	require.NoError(t, err)
+	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"usage":{"prompt_tokens":10,"completion_tokens":5}}`))
+	}))
+	send := func() int {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.ContentLength = 400
+		r.Header.Set("Authorization", "Bearer sk-rt")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	require.Equal(t, http.StatusOK, send()) // loads the scripts (NOSCRIPT → EVAL)
+	before := commandCalls(t, c)
+	const n = 50
+	for range n {
+		require.Equal(t, http.StatusOK, send())
+	}
+	after := commandCalls(t, c)
+	assert.Equal(t, int64(2*n), after["evalsha"]-before["evalsha"], "one EVALSHA per admission and one per reconcile")
+	for cmd, calls := range after {
+		if cmd != "evalsha" && cmd != "info" && !strings.HasPrefix(cmd, "hmget") && !strings.HasPrefix(cmd, "hset") && !strings.HasPrefix(cmd, "pexpire") && !strings.HasPrefix(cmd, "time") {
+			assert.Equal(t, before[cmd], calls, "no other round trips (%s)", cmd)
+		}
+	}
+	assert.Equal(t, before["eval"], after["eval"], "scripts run by SHA once loaded")
+}
+
+// TestKeyNamesAndTTL: no raw key or workspace in Redis; hash tags; TTLs.
+func TestKeyNamesAndTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	s := newStore(t, c, redisstore.WithHashKey([]byte("shared-secret")))
+	const rawKey, ws = "sk-live-SECRET-abcdef123456", "acme-corp"
+	free := llmrate.DefaultTiers().Free
+	d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: rawKey, Workspace: ws, KeyLimits: free, WorkspaceLimits: free, Tokens: 1000, Now: time.Now()})
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	keys, err := c.Keys(context.Background(), "*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 2)
+	k, w := s.Keys(rawKey, ws)
+	assert.ElementsMatch(t, []string{k, w}, keys)
+	for _, name := range keys {
+		assert.NotContains(t, name, "SECRET")
+		assert.NotContains(t, name, rawKey)
+		assert.NotContains(t, name, ws)
+		tag := name[strings.Index(name, "{") : strings.Index(name, "}")+1]
+		assert.Equal(t, tag, k[strings.Index(k, "{"):strings.Index(k, "}")+1], "both entries share one hash tag")
+		ttl, err := c.PTTL(context.Background(), name).Result()
+		require.NoError(t, err)
+		// 1000 tokens at 200,000/min: 300 ms to full; 1 request: 600 ms; + 1 s margin
+		assert.InDelta(t, 1600, ttl.Milliseconds(), 100, "TTL = time to refill to full + 1 s")
+	}
+}
+
+// TestServerTime: without WithClock the scripts use Redis TIME; the
+// gateway's clock is ignored, so a skewed host cannot mint capacity.
+func TestServerTime(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	s := newStore(t, c)
+	free := llmrate.DefaultTiers().Free
+	skewed := time.Now()
+	for i := range 200 {
+		d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-st", Workspace: "sk-st", KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Now: skewed})
+		require.NoError(t, err)
+		require.True(t, d.Allowed, "request %d", i)
+		skewed = skewed.Add(time.Hour) // a host clock racing ahead mints nothing
+	}
+	d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-st", Workspace: "sk-st", KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Now: skewed})
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, time.Second, d.RetryAfter)
+}
+
+// TestRedisDownAndBack stops and restarts the real redis-server mid-run.
+func TestRedisDownAndBack(t *testing.T) {
+	for _, fallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := client(t, srv.Addr)
+			opts := []redisstore.Option{redisstore.WithTimeout(30 * time.Millisecond), redisstore.WithRetryInterval(200 * time.Millisecond)}
+			if fallback {
+				opts = append(opts, redisstore.WithFallbackLocal())
+			}
+			s := newStore(t, c, opts...)
+			l, err := llmrate.New(llmrate.WithStore(s))
+			require.NoError(t, err)
+			h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+			send := func(key string) (int, time.Duration) {
+				r := httptest.NewRequest(http.MethodPost, "/", nil)
+				r.Header.Set("Authorization", "Bearer "+key)
+				w := httptest.NewRecorder()
+				start := time.Now()
+				h.ServeHTTP(w, r)
+				return w.Code, time.Since(start)
+			}
+			burst := func(key string, n int) (admitted int, slowest time.Duration) {
+				for range n {
+					code, took := send(key)
+					slowest = max(slowest, took)
+					if code == http.StatusOK {
+						admitted++
+					}
+				}
+				return admitted, slowest
+			}
+			a, _ := burst("sk-a", 250)
+			require.Equal(t, 200, a, "shared enforcement while up")
+
+			srv.Stop()
+			a, slowest := burst("sk-b", 250)
+			if fallback {
+				assert.Equal(t, 200, a, "per-process buckets while Redis is down")
+			} else {
+				assert.Equal(t, 250, a, "fail open while Redis is down")
+				assert.Positive(t, l.FailOpens())
+			}
+			assert.Less(t, slowest, 500*time.Millisecond, "no request waits much past the store timeout")
+			assert.Positive(t, s.Errors())
+
+			srv.Restart(t)
+			require.Eventually(t, func() bool {
+				code, _ := send("sk-probe")
+				return code == http.StatusOK && s.Errors() > 0 && c.Exists(context.Background(), mustKey(s, "sk-probe")).Val() == 1
+			}, 10*time.Second, 50*time.Millisecond, "shared enforcement resumes")
+			a, _ = burst("sk-c", 250)
+			assert.Equal(t, 200, a)
+			assert.Equal(t, int64(1), c.Exists(context.Background(), mustKey(s, "sk-c")).Val(), "counted in Redis again")
+		})
+	}
+}
+
+func mustKey(s *redisstore.Store, key string) string {
+	k, _ := s.Keys(key, key)
+	return k
+}
+
+func TestOptionsValidated(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, o := range []redisstore.Option{redisstore.WithPrefix(""), redisstore.WithPrefix("a{b}"), redisstore.WithTimeout(0), redisstore.WithClock(nil), redisstore.WithHashKey(nil), nil} {
+		_, err := redisstore.New(c, o)
+		assert.Error(t, err)
+	}
+	_, err := redisstore.New(nil)
+	assert.Error(t, err)
+}
