@@ -49,7 +49,14 @@ func (b *bucket) refill(rate, capacity, dt int64) {
 		return
 	}
 	// accrued < needed < 2^64*minute, so the quotient fits in 64 bits.
-	q, r := bits.Div64(hi, lo, minute)
+	// Usually accrued fits in 64 bits itself: dividing by the constant
+	// minute then compiles to a multiplication.
+	var q, r uint64
+	if hi == 0 {
+		q, r = lo/minute, lo%minute
+	} else {
+		q, r = bits.Div64(hi, lo, minute)
+	}
 	b.level += int64(q)
 	b.frac = int64(r)
 }
@@ -81,15 +88,6 @@ func (b *bucket) wait(n, rate, capacity int64, limit time.Duration) (d time.Dura
 		q++
 	}
 	return time.Duration(q), false
-}
-
-// take debits n if the bucket holds at least n and reports whether it did.
-func (b *bucket) take(n int64) bool {
-	if b.level < n {
-		return false
-	}
-	b.level -= n
-	return true
 }
 
 // adjust applies a reconcile: delta > 0 debits forward (the level may go

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -132,3 +133,5 @@ func (s *faultStore) Admit(ctx context.Context, _ llmrate.AdmitRequest) (llmrate
 }
 
 func (s *faultStore) Reconcile(context.Context, llmrate.ReconcileRequest) error { return nil }
+
+func getenv(k string) string { return os.Getenv(k) }

@@ -191,30 +191,38 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 // the arithmetic lives in one place.
 func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64) Decision {
 	var d Decision
-	bs := [4]*bucket{kr, kt, wr, wt}
-	need := [4]int64{1, n, 1, n}
-	rate := [4]int64{kl.RequestsPerMinute, kl.TokensPerMinute, wl.RequestsPerMinute, wl.TokensPerMinute}
-	refused := -1
-	for i, b := range bs {
-		if b.level < need[i] {
-			refused = i
-			break
-		}
-	}
-	if refused < 0 {
-		for i, b := range bs {
-			b.take(need[i])
-			d.Remaining[i] = b.level
-		}
+	switch {
+	case kr.level < 1:
+		d.Refused = KeyRequests
+	case kt.level < n:
+		d.Refused = KeyTokens
+	case wr.level < 1:
+		d.Refused = WorkspaceRequests
+	case wt.level < n:
+		d.Refused = WorkspaceTokens
+	default:
+		kr.level--
+		kt.level -= n
+		wr.level--
+		wt.level -= n
 		d.Allowed = true
+		d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
 		return d
 	}
-	d.Refused = Bucket(refused)
-	for i, b := range bs {
-		w, never := b.wait(need[i], rate[i], 2*rate[i], MaxRetryAfter)
+	d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
+	for i, b := range [4]*bucket{kr, kt, wr, wt} {
+		need, rate := int64(1), kl.RequestsPerMinute
+		switch Bucket(i) {
+		case KeyTokens:
+			need, rate = n, kl.TokensPerMinute
+		case WorkspaceRequests:
+			rate = wl.RequestsPerMinute
+		case WorkspaceTokens:
+			need, rate = n, wl.TokensPerMinute
+		}
+		w, never := b.wait(need, rate, 2*rate, MaxRetryAfter)
 		d.RetryAfter = max(d.RetryAfter, w)
 		d.NeverFits = d.NeverFits || never
-		d.Remaining[i] = b.level
 	}
 	return d
 }

@@ -257,7 +257,9 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		}
 	}
 	if ev.Actual != a.est {
-		req := ReconcileRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Now: a.now}
+		// The clock is read again: the charge lands when the response ended,
+		// as it does on a store with its own clock.
+		req := ReconcileRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Now: l.cfg.clock()}
 		var err error
 		if l.mem != nil {
 			err = l.mem.Reconcile(r.Context(), req)

@@ -7,7 +7,7 @@
 // mint capacity. Each reconcile is one more round trip.
 //
 // Keys: a request's two entries (the key's buckets within its workspace, and
-// the workspace's buckets) are hashes named
+// the workspace's buckets) are strings named
 //
 //	<prefix>:{<workspace hash>}:k:<key hash>
 //	<prefix>:{<workspace hash>}:w
