@@ -57,20 +57,24 @@ type entry struct {
 	last int64
 	req  bucket
 	tok  bucket
+	seq  uint32 // shard access sequence at the last touch: the LRU order
 }
 
 type memShard[K comparable] struct {
 	mu      sync.Mutex
 	m       map[K]*entry
 	sweepAt int
-	_       [40]byte // keep shards on separate cache lines
+	seq     uint32
+	_       [36]byte // keep shards on separate cache lines
 }
 
 // MemoryOption configures a MemoryStore.
 type MemoryOption func(*MemoryStore)
 
 // MaxKeys bounds the number of key entries, and separately of workspace
-// entries, the store tracks. n <= 0 means DefaultMaxKeys.
+// entries, the store tracks. n <= 0 means DefaultMaxKeys. The bound is
+// split evenly over the store's 128 shards (rounded down, at least one entry
+// per shard).
 func MaxKeys(n int) MemoryOption {
 	return func(s *MemoryStore) {
 		if n > 0 {
@@ -87,7 +91,7 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 			o(s)
 		}
 	}
-	s.perShard = max(1, (s.maxTotal+memShards-1)/memShards)
+	s.perShard = max(1, s.maxTotal/memShards) // never above MaxKeys (from 128 on)
 	for i := range s.keys {
 		s.keys[i].m = make(map[pairKey]*entry)
 		s.keys[i].sweepAt = minSweep
@@ -262,33 +266,44 @@ func newEntry(now int64, lim Limits) *entry {
 // and, at the bound, drop the least recently used of a sample (lossy,
 // reported as evicted).
 func getEntry[K comparable](sh *memShard[K], bound int, k K, lim Limits, now int64) (e *entry, evicted bool) {
+	sh.seq++
 	if e = sh.m[k]; e != nil {
+		e.seq = sh.seq
 		return e, false
 	}
-	if len(sh.m) >= sh.sweepAt || len(sh.m) >= bound {
+	if len(sh.m) >= sh.sweepAt {
+		// Amortised: drop every entry that time alone has refilled.
 		for key, old := range sh.m {
 			if old.idleFull(now) {
 				delete(sh.m, key)
 			}
 		}
 		sh.sweepAt = max(minSweep, 2*len(sh.m))
-		if len(sh.m) >= bound {
-			var victim K
-			var oldest int64
-			n := 0
-			for key, old := range sh.m { // map order is randomised: a sample
-				if n == 0 || old.last < oldest {
-					victim, oldest = key, old.last
-				}
-				if n++; n == 8 {
-					break
-				}
+	}
+	if len(sh.m) >= bound {
+		// At the bound: of a sample (map order is randomised), drop one
+		// that is already full (lossless) or else the least recently used
+		// by access sequence (lossy, reported).
+		var victim K
+		var oldest uint32
+		n, full := 0, false
+		for key, old := range sh.m {
+			if old.idleFull(now) {
+				victim, full = key, true
+				break
 			}
-			delete(sh.m, victim)
-			evicted = true
+			if age := sh.seq - old.seq; n == 0 || age > oldest {
+				victim, oldest = key, age
+			}
+			if n++; n == 8 {
+				break
+			}
 		}
+		delete(sh.m, victim)
+		evicted = !full
 	}
 	e = newEntry(now, lim)
+	e.seq = sh.seq
 	sh.m[k] = e
 	return e, evicted
 }

@@ -74,9 +74,14 @@ type Store struct {
 	retry    time.Duration
 	fallback *llmrate.MemoryStore
 
-	downUntil atomic.Int64 // unix ns: Redis is not tried before this
-	errors    atomic.Int64
+	downUntil   atomic.Int64 // unix ns: Redis is not tried before this
+	consecutive atomic.Int64 // failed calls in a row
+	errors      atomic.Int64
 }
+
+// breakAfter is how many failed calls in a row stop the store from trying
+// Redis for the retry interval: one slow call under load is not an outage.
+const breakAfter = 3
 
 var _ llmrate.Store = (*Store)(nil)
 
@@ -133,8 +138,8 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithRetryInterval sets how long the store stops trying Redis after a
-// failed call, so that an outage does not add the timeout to every request.
+// WithRetryInterval sets how long the store stops trying Redis after three
+// failed calls in a row, so that an outage does not add the timeout to every request.
 // Shared enforcement resumes on the first successful call after it.
 // Default: DefaultRetryInterval.
 func WithRetryInterval(d time.Duration) Option {
@@ -203,8 +208,16 @@ func (s *Store) up() bool { return time.Now().UnixNano() >= s.downUntil.Load() }
 
 func (s *Store) failed(err error) error {
 	s.errors.Add(1)
-	s.downUntil.Store(time.Now().Add(s.retry).UnixNano())
+	if s.consecutive.Add(1) >= breakAfter {
+		s.downUntil.Store(time.Now().Add(s.retry).UnixNano())
+	}
 	return fmt.Errorf("redisstore: %w", err)
+}
+
+func (s *Store) succeeded() {
+	if s.consecutive.Load() != 0 {
+		s.consecutive.Store(0)
+	}
 }
 
 var errDown = errors.New("redisstore: redis unavailable, retrying later")
@@ -226,6 +239,7 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	if err != nil {
 		return s.admitLocal(ctx, r, s.failed(err))
 	}
+	s.succeeded()
 	d := llmrate.Decision{
 		Allowed:    res[0] == 1,
 		Refused:    llmrate.Bucket(res[1]),
@@ -259,6 +273,7 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 	if err != nil {
 		return s.reconcileLocal(ctx, r, s.failed(err))
 	}
+	s.succeeded()
 	return nil
 }
 

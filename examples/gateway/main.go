@@ -89,6 +89,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 	mockWords := fs.Int("mock-words", 20, "words in each mock answer")
 	mockDelay := fs.Duration("mock-delay", 0, "pause between the mock's streamed chunks")
 	quiet := fs.Bool("quiet", false, "do not print the curl examples")
+	storeTimeout := fs.Duration("store-timeout", llmrate.DefaultStoreTimeout, "bound on each store call; past it the request fails open")
+	redisTimeout := fs.Duration("redis-timeout", 30*time.Millisecond, "bound on each Redis call (keep it below -store-timeout)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -131,7 +133,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 			return k, nil
 		}))
 	}
-	storeOpts, closeStore, err := storeOptions(ctx, *redisURL, log)
+	opts = append(opts, llmrate.WithStoreTimeout(*storeTimeout))
+	storeOpts, closeStore, err := storeOptions(ctx, *redisURL, *redisTimeout, log)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 
 // storeOptions returns the store options for -redis (none: per-process
 // memory) and a function that releases the store.
-func storeOptions(ctx context.Context, redisURL string, log *zap.Logger) ([]llmrate.Option, func(), error) {
+func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, log *zap.Logger) ([]llmrate.Option, func(), error) {
 	if redisURL == "" {
 		return nil, func() {}, nil
 	}
@@ -30,7 +30,7 @@ func storeOptions(ctx context.Context, redisURL string, log *zap.Logger) ([]llmr
 		// Start anyway: the limiter fails open until Redis answers.
 		log.Warn("redis not reachable at start; failing open until it is", zap.Error(err))
 	}
-	store, err := redisstore.New(client)
+	store, err := redisstore.New(client, redisstore.WithTimeout(timeout))
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, err

@@ -1,0 +1,152 @@
+// Package loadgen sends a bounded load of chat-completion requests to a
+// gateway and tallies what came back, per workspace.
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config describes one run.
+type Config struct {
+	Targets     []string // gateway base URLs, used round-robin
+	Requests    int
+	Concurrency int
+	Keys        int  // distinct API keys, "sk-load-<i>"
+	Workspaces  int  // key i belongs to workspace "ws-<i % Workspaces>"
+	Stream      bool // ask for SSE responses
+	Seed        uint64
+	// Between, if set, is called (once each) after a third and after two
+	// thirds of the requests were sent: for fault injection.
+	AtThird, AtTwoThirds func()
+}
+
+// Key returns the i-th key; Workspace its workspace.
+func Key(i int) string                   { return fmt.Sprintf("sk-load-%04d", i) }
+func Workspace(i, workspaces int) string { return fmt.Sprintf("ws-%02d", i%workspaces) }
+
+// Result is what came back.
+type Result struct {
+	Sent, OK, Refused, ServerErrors, OtherStatus, TransportErrors int64
+	AdmittedByWorkspace                                           map[string]int64
+	MaxLatency                                                    time.Duration
+	Elapsed                                                       time.Duration
+}
+
+func (r Result) String() string {
+	ws := make([]string, 0, len(r.AdmittedByWorkspace))
+	for w := range r.AdmittedByWorkspace {
+		ws = append(ws, w)
+	}
+	sort.Strings(ws)
+	minA, maxA := int64(-1), int64(0)
+	for _, w := range ws {
+		a := r.AdmittedByWorkspace[w]
+		if minA < 0 || a < minA {
+			minA = a
+		}
+		maxA = max(maxA, a)
+	}
+	return fmt.Sprintf("sent %d in %v: 200=%d 429=%d 5xx=%d other=%d transport-errors=%d; admitted per workspace %d..%d; slowest %v",
+		r.Sent, r.Elapsed.Round(time.Millisecond), r.OK, r.Refused, r.ServerErrors, r.OtherStatus, r.TransportErrors, minA, maxA, r.MaxLatency.Round(time.Millisecond))
+}
+
+// Run sends the load and waits for every response.
+func Run(ctx context.Context, cfg Config) Result {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	var (
+		res     Result
+		mu      sync.Mutex
+		next    atomic.Int64
+		maxLat  atomic.Int64
+		oneT    sync.Once
+		twoT    sync.Once
+		byWS    = map[string]int64{}
+		wg      sync.WaitGroup
+		started = time.Now()
+	)
+	body := `{"model":"mock","messages":[{"role":"user","content":"hello"}]}`
+	if cfg.Stream {
+		body = `{"model":"mock","stream":true,"messages":[{"role":"user","content":"hello"}]}`
+	}
+	for w := range cfg.Concurrency {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(cfg.Seed, uint64(w)))
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(cfg.Requests) || ctx.Err() != nil {
+					return
+				}
+				if i == int64(cfg.Requests)/3 && cfg.AtThird != nil {
+					oneT.Do(cfg.AtThird)
+				}
+				if i == 2*int64(cfg.Requests)/3 && cfg.AtTwoThirds != nil {
+					twoT.Do(cfg.AtTwoThirds)
+				}
+				k := r.IntN(cfg.Keys)
+				target := cfg.Targets[i%int64(len(cfg.Targets))]
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+Key(k))
+				req.Header.Set("Content-Type", "application/json")
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+				lat := time.Since(t0)
+				for {
+					m := maxLat.Load()
+					if int64(lat) <= m || maxLat.CompareAndSwap(m, int64(lat)) {
+						break
+					}
+				}
+				mu.Lock()
+				res.Sent++
+				switch {
+				case err != nil:
+					res.TransportErrors++
+				case resp.StatusCode == http.StatusOK:
+					res.OK++
+					byWS[Workspace(k, cfg.Workspaces)]++
+				case resp.StatusCode == http.StatusTooManyRequests:
+					res.Refused++
+				case resp.StatusCode >= 500:
+					res.ServerErrors++
+				default:
+					res.OtherStatus++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(started)
+	res.MaxLatency = time.Duration(maxLat.Load())
+	res.AdmittedByWorkspace = byWS
+	return res
+}
+
+// ConfigJSON returns a gateway -config file mapping the keys to their
+// workspaces (all Free).
+func ConfigJSON(keys, workspaces int) string {
+	var b strings.Builder
+	b.WriteString(`{"keys":{`)
+	for i := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:%q", Key(i), Workspace(i, workspaces))
+	}
+	b.WriteString(`}}`)
+	return b.String()
+}
