@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,3 +136,5 @@ func (s *faultStore) Admit(ctx context.Context, _ llmrate.AdmitRequest) (llmrate
 func (s *faultStore) Reconcile(context.Context, llmrate.ReconcileRequest) error { return nil }
 
 func getenv(k string) string { return os.Getenv(k) }
+
+func atomicAdd(p *int64) { atomic.AddInt64(p, 1) }

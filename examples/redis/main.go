@@ -1,0 +1,39 @@
+// Command redis shares one limit between gateway processes through Redis.
+// Run it twice (-listen 127.0.0.1:8081, 127.0.0.1:8082) against the same
+// -redis: a key's burst of 200 is shared, not doubled.
+package main
+
+import (
+	"flag"
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+func newLimiter(client redis.UniversalClient, opts ...redisstore.Option) (*llmrate.Limiter, error) {
+	store, err := redisstore.New(client, append([]redisstore.Option{
+		redisstore.WithTimeout(30 * time.Millisecond), // below the limiter's 50 ms
+		redisstore.WithFallbackLocal(),                // per-process limits while Redis is down
+	}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return llmrate.New(llmrate.WithStore(store))
+}
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:8080", "address")
+	addr := flag.String("redis", "127.0.0.1:6379", "redis address")
+	flag.Parse()
+	client := redis.NewClient(&redis.Options{Addr: *addr, MaxRetries: -1})
+	defer client.Close()
+	lim, err := newLimiter(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(http.ListenAndServe(*listen, lim.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))))
+}

@@ -1,0 +1,124 @@
+package llmrate_test
+
+import (
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// upstreamWithOwnHeaders is a provider that reports its own account's rate
+// limits, as OpenAI does.
+var upstreamWithOwnHeaders = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Ratelimit-Limit-Requests", "10000")
+	w.Header().Set("X-Ratelimit-Remaining-Requests", "9999")
+	w.Header().Set("X-Ratelimit-Reset-Tokens", "6ms")
+	w.Header().Set("Ratelimit", `"default";r=5;t=1`)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{}`)
+})
+
+func TestOpenAIHeaders(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, upstreamWithOwnHeaders, llmrate.WithRateLimitHeaders(llmrate.HeadersOpenAI))
+	w := h.send("sk-h", 400) // 100 tokens
+	require.Equal(t, http.StatusOK, w.Code)
+	want := map[string]string{
+		"X-Ratelimit-Limit-Requests":     "200",    // the bucket: 2 × 100/min
+		"X-Ratelimit-Remaining-Requests": "199",    // after this request
+		"X-Ratelimit-Reset-Requests":     "600ms",  // one request at 100/min
+		"X-Ratelimit-Limit-Tokens":       "400000", // 2 × 200,000/min
+		"X-Ratelimit-Remaining-Tokens":   "399900",
+		"X-Ratelimit-Reset-Tokens":       "30ms", // 100 tokens at 200,000/min
+	}
+	for k, v := range want {
+		assert.Equal(t, []string{v}, w.Header()[k], k)
+	}
+	assert.Empty(t, w.Header().Get("Ratelimit"), "the upstream's own headers never leak")
+
+	h.burst("sk-h", 1000)
+	w = h.send("sk-h", 400)
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "0", w.Header().Get("X-Ratelimit-Remaining-Requests"))
+	assert.Equal(t, "2m0s", w.Header().Get("X-Ratelimit-Reset-Requests"), "empty: two minutes to full")
+	h.clock.Advance(time.Minute)
+	w = h.send("sk-h", 400)
+	assert.Equal(t, "99", w.Header().Get("X-Ratelimit-Remaining-Requests"))
+	assert.Equal(t, "1m0.6s", w.Header().Get("X-Ratelimit-Reset-Requests"))
+}
+
+func TestOpenAIHeadersBindingBucket(t *testing.T) {
+	t.Parallel()
+	keys := llmrate.DefaultTiers()
+	keys.Free = llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1_000_000}
+	h := newHarness(t, okHandler, llmrate.WithRateLimitHeaders(llmrate.HeadersOpenAI), llmrate.WithKeyTiers(keys))
+	w := h.send("sk-k", 400)
+	assert.Equal(t, "20", w.Header().Get("X-Ratelimit-Limit-Requests"), "the key's bucket binds requests")
+	assert.Equal(t, "19", w.Header().Get("X-Ratelimit-Remaining-Requests"))
+	assert.Equal(t, "6s", w.Header().Get("X-Ratelimit-Reset-Requests"))
+	assert.Equal(t, "400000", w.Header().Get("X-Ratelimit-Limit-Tokens"), "the workspace's bucket binds tokens")
+}
+
+func TestIETFHeaders(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, upstreamWithOwnHeaders, llmrate.WithRateLimitHeaders(llmrate.HeadersIETF))
+	w := h.send("sk-i", 400)
+	assert.Equal(t, `"requests";q=200;w=120, "tokens";q=400000;w=120`, w.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, `"requests";r=199;t=1, "tokens";r=399900;t=1`, w.Header().Get("RateLimit"))
+	assert.Empty(t, w.Header().Get("X-Ratelimit-Remaining-Requests"), "the upstream's own headers never leak")
+}
+
+func BenchmarkObserver(b *testing.B) {
+	huge := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+	tt := llmrate.TierTable{Free: huge, Developer: huge, Team: huge, Growth: huge, Scale: huge, Enterprise: huge}
+	for _, c := range []struct {
+		name string
+		o    llmrate.Observer
+	}{{"off", nil}, {"counting", &countingObserver{}}} {
+		b.Run(c.name, func(b *testing.B) {
+			opts := []llmrate.Option{llmrate.WithTiers(tt)}
+			if c.o != nil {
+				opts = append(opts, llmrate.WithObserver(c.o))
+			}
+			l, _ := llmrate.New(opts...)
+			h := l.Middleware(okHandler)
+			r, _ := http.NewRequest(http.MethodPost, "/", nil)
+			r.Header.Set("Authorization", "Bearer sk-obs")
+			w := &discardWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for range b.N {
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+type discardWriter struct{ h http.Header }
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(int)             {}
+
+// countingObserver is what a metrics observer does: atomic counters.
+type countingObserver struct {
+	admitted, refused, reconciled, failOpen, evicted counter
+}
+
+type counter struct{ n int64 }
+
+func (c *counter) inc() { atomicAdd(&c.n) }
+
+func (o *countingObserver) Decided(e llmrate.DecisionEvent) {
+	if e.Allowed {
+		o.admitted.inc()
+	} else {
+		o.refused.inc()
+	}
+}
+func (o *countingObserver) Reconciled(llmrate.ReconcileEvent) { o.reconciled.inc() }
+func (o *countingObserver) FailedOpen(llmrate.FailOpenEvent)  { o.failOpen.inc() }
+func (o *countingObserver) Evicted()                          { o.evicted.inc() }
