@@ -3,12 +3,13 @@
 # benchstat reads:  bash bench/run.sh > new.txt; benchstat old.txt new.txt
 # COUNT and BENCHTIME tune the run (defaults keep it to a few minutes on 2 cores).
 set -euo pipefail
+export GOWORK=off # bench/ is its own module, outside go.work
 cd "$(dirname "$0")/.."
 COUNT=${COUNT:-3}
 BENCHTIME=${BENCHTIME:-300ms}
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(go version) $(nproc) cores"
 echo "# llmrate core: admission, middleware, usage scanning (root module)"
-go test -run '^$' -bench 'Admit|Middleware|Bare|Scan' -benchtime "$BENCHTIME" -count "$COUNT" .
+GOWORK= go test -run '^$' -bench 'Admit|Middleware|Bare|Scan|Observer' -benchtime "$BENCHTIME" -count "$COUNT" .
 echo "# side by side with the peers (bench module)"
 (cd bench && go test -run '^$' -bench 'Decision|Middleware' -benchtime "$BENCHTIME" -count "$COUNT" .)
 (cd bench && go test -run '^$' -bench 'MemoryPerKey' -benchtime 1x -count 1 .)

@@ -14,10 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-type recorder struct{ last llmrate.ReconcileEvent }
+// recorder hands each reconcile to the test; the reconcile runs on the
+// server after the handler returns, possibly after the client has read the
+// response.
+type recorder struct{ ch chan llmrate.ReconcileEvent }
 
 func (r *recorder) Decided(llmrate.DecisionEvent)       {}
-func (r *recorder) Reconciled(e llmrate.ReconcileEvent) { r.last = e }
+func (r *recorder) Reconciled(e llmrate.ReconcileEvent) { r.ch <- e }
 func (r *recorder) FailedOpen(llmrate.FailOpenEvent)    {}
 func (r *recorder) Evicted()                            {}
 
@@ -42,7 +45,7 @@ func TestReverseProxy(t *testing.T) {
 	}))
 	defer upstream.Close()
 	u, _ := url.Parse(upstream.URL)
-	obs := &recorder{}
+	obs := &recorder{ch: make(chan llmrate.ReconcileEvent, 4)}
 	h, err := newHandler(u, "sk-provider", llmrate.WithObserver(obs))
 	require.NoError(t, err)
 	gw := httptest.NewServer(h)
@@ -58,7 +61,7 @@ func TestReverseProxy(t *testing.T) {
 	assert.Contains(t, sawBody, `"include_usage":true`)
 	assert.NotContains(t, string(body), "prompt_tokens", "the injected usage chunk is not passed on")
 	assert.Equal(t, "199", resp.Header.Get("X-Ratelimit-Remaining-Requests"), "the gateway's own figure, not the provider account's")
-	assert.Equal(t, int64(10), obs.last.Actual)
+	assert.Equal(t, int64(10), (<-obs.ch).Actual)
 
 	req, _ = http.NewRequest(http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
 	req.Header.Set("Authorization", "Bearer sk-client")
@@ -67,6 +70,7 @@ func TestReverseProxy(t *testing.T) {
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	assert.Equal(t, "gzip", resp.Header.Get("Content-Encoding"), "passed through compressed")
-	assert.Equal(t, llmrate.ReconcileUsage, obs.last.Kind)
-	assert.Equal(t, int64(7), obs.last.Actual, "usage found in the gzip body")
+	ev := <-obs.ch
+	assert.Equal(t, llmrate.ReconcileUsage, ev.Kind)
+	assert.Equal(t, int64(7), ev.Actual, "usage found in the gzip body")
 }
