@@ -1,0 +1,160 @@
+// Command llmrate-sim sizes limits before you ship them: it replays a
+// request trace (or a generated workload) through the real llmrate limiter
+// on a simulated clock, prints what was admitted and refused per bucket and
+// the Retry-After distribution, and writes an SVG of offered vs admitted
+// requests and tokens per second.
+//
+//	go run ./cmd/llmrate-sim -tier free -rps 5 -tokens 1000 -duration 3m -svg plot.svg
+//	go run ./cmd/llmrate-sim -tier growth -trace trace.jsonl
+//
+// A trace is JSON lines, in time order:
+//
+//	{"t": 0.25, "key": "sk-a", "workspace": "acme", "tokens": 1800, "estimate": 1200}
+//
+// t is seconds from the start; workspace defaults to the key; estimate (the
+// admission estimate, Content-Length/4 in production) defaults to tokens,
+// which is what the provider then reports.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/llmrate/llmrate"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "llmrate-sim:", err)
+		os.Exit(1)
+	}
+}
+
+// Request is one line of a trace.
+type Request struct {
+	T         float64 `json:"t"`
+	Key       string  `json:"key"`
+	Workspace string  `json:"workspace,omitempty"`
+	Tokens    int64   `json:"tokens"`
+	Estimate  int64   `json:"estimate,omitempty"`
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("llmrate-sim", flag.ContinueOnError)
+	tierName := fs.String("tier", "free", "tier of every workspace: free, developer, team, growth, scale, enterprise")
+	rpm := fs.Int64("rpm", 0, "override the tier's requests per minute")
+	tpm := fs.Int64("tpm", 0, "override the tier's tokens per minute")
+	trace := fs.String("trace", "", "JSON-lines trace to replay (default: a generated workload)")
+	rps := fs.Float64("rps", 5, "generated: requests per second, spread evenly")
+	tokens := fs.Int64("tokens", 1000, "generated: tokens per request (estimate = reported)")
+	keys := fs.Int("keys", 1, "generated: keys, round-robin, each its own workspace unless -workspaces")
+	workspaces := fs.Int("workspaces", 0, "generated: spread the keys over this many workspaces (0: each key its own)")
+	duration := fs.Duration("duration", 3*time.Minute, "generated: length of the workload")
+	svgPath := fs.String("svg", "", "write the plot to this SVG file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	tier, err := llmrate.ParseTier(*tierName)
+	if err != nil {
+		return err
+	}
+	tt := llmrate.DefaultTiers()
+	lim := tt.For(tier)
+	if *rpm > 0 {
+		lim.RequestsPerMinute = *rpm
+	}
+	if *tpm > 0 {
+		lim.TokensPerMinute = *tpm
+	}
+	tt = llmrate.TierTable{Free: lim, Developer: lim, Team: lim, Growth: lim, Scale: lim, Enterprise: lim}
+
+	var reqs []Request
+	if *trace != "" {
+		if reqs, err = readTrace(*trace); err != nil {
+			return err
+		}
+	} else {
+		if *rps <= 0 || *keys < 1 || *duration <= 0 || *tokens < 1 {
+			return errors.New("-rps, -keys, -duration and -tokens must be positive")
+		}
+		reqs = generate(*rps, *tokens, *keys, *workspaces, *duration)
+	}
+	res, err := Simulate(reqs, tt)
+	if err != nil {
+		return err
+	}
+	res.Title = fmt.Sprintf("%s tier (%d req/min, %d tok/min): %d requests", tier, lim.RequestsPerMinute, lim.TokensPerMinute, len(reqs))
+	res.Print(out)
+	if *svgPath != "" {
+		if err := os.WriteFile(*svgPath, []byte(res.SVG()), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "plot written to %s\n", *svgPath)
+	}
+	return nil
+}
+
+func readTrace(path string) ([]Request, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var reqs []Request
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		var r Request
+		dec := json.NewDecoder(strings.NewReader(text))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		switch {
+		case r.Key == "":
+			return nil, fmt.Errorf("%s:%d: missing key", path, line)
+		case r.T < 0 || (len(reqs) > 0 && r.T < reqs[len(reqs)-1].T):
+			return nil, fmt.Errorf("%s:%d: t must be non-negative and in order", path, line)
+		case r.Tokens < 0 || r.Estimate < 0:
+			return nil, fmt.Errorf("%s:%d: negative tokens", path, line)
+		}
+		reqs = append(reqs, r)
+	}
+	return reqs, sc.Err()
+}
+
+func generate(rps float64, tokens int64, keys, workspaces int, d time.Duration) []Request {
+	n := int(rps * d.Seconds())
+	reqs := make([]Request, n)
+	for i := range reqs {
+		k := i % keys
+		r := Request{T: float64(i) / rps, Key: fmt.Sprintf("sk-%d", k), Tokens: tokens}
+		if workspaces > 0 {
+			r.Workspace = fmt.Sprintf("ws-%d", k%workspaces)
+		}
+		reqs[i] = r
+	}
+	return reqs
+}
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

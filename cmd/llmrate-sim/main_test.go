@@ -1,0 +1,58 @@
+package main
+
+import (
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestGeneratedWorkload(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "plot.svg")
+	var out strings.Builder
+	require.NoError(t, run([]string{"-tier", "free", "-rps", "5", "-tokens", "1000", "-duration", "3m", "-svg", svg}, &out))
+	// 900 requests, one per 0.2 s: the burst of 200 plus 100/min over the
+	// 179.8 s to the last request = 200 + 299.
+	assert.Contains(t, out.String(), "admitted 499 requests")
+	assert.Contains(t, out.String(), "by key_requests       401")
+	assert.Contains(t, out.String(), " 1: 401")
+	b, err := os.ReadFile(svg)
+	require.NoError(t, err)
+	var doc struct {
+		XMLName xml.Name
+		Lines   []struct {
+			Points string `xml:"points,attr"`
+		} `xml:"polyline"`
+	}
+	require.NoError(t, xml.Unmarshal(b, &doc), "the SVG is well-formed XML")
+	assert.Equal(t, "svg", doc.XMLName.Local)
+	assert.Len(t, doc.Lines, 4, "offered and admitted, requests and tokens")
+}
+
+func TestTrace(t *testing.T) {
+	dir := t.TempDir()
+	var lines []string
+	for range 250 {
+		lines = append(lines, `{"t":0,"key":"sk-a","tokens":10}`)
+	}
+	lines = append(lines, `{"t":1,"key":"sk-b","workspace":"w","tokens":500000,"estimate":500000}`)
+	trace := filepath.Join(dir, "t.jsonl")
+	require.NoError(t, os.WriteFile(trace, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	var out strings.Builder
+	require.NoError(t, run([]string{"-tier", "free", "-trace", trace}, &out))
+	assert.Contains(t, out.String(), "admitted 200 requests")
+	assert.Contains(t, out.String(), "by key_requests       50")
+	assert.Contains(t, out.String(), "by key_tokens         1")
+	assert.Contains(t, out.String(), "never fit (larger than a whole bucket): 1")
+	assert.Contains(t, out.String(), " 1: 50")
+	assert.Contains(t, out.String(), "60: 1")
+
+	bad := filepath.Join(dir, "bad.jsonl")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"t":2,"key":"a","tokens":1}`+"\n"+`{"t":1,"key":"a","tokens":1}`+"\n"), 0o644))
+	assert.ErrorContains(t, run([]string{"-trace", bad}, &out), "in order")
+	assert.Error(t, run([]string{"-tier", "platinum"}, &out))
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"time"
+
+	"github.com/llmrate/llmrate"
+)
+
+// Result is what a simulation saw, per one-second bin.
+type Result struct {
+	Limits                        llmrate.Limits
+	Title                         string
+	Offered, Admitted             int
+	OfferedTokens, AdmittedTokens int64
+	RefusedBy                     map[string]int // bucket → refusals
+	NeverFits                     int
+	RetryAfter                    map[int]int // seconds → refusals
+	OfferedRPS, AdmittedRPS       []float64   // per second
+	OfferedTPS, AdmittedTPS       []float64
+	Seconds                       int
+	lastDecision                  llmrate.DecisionEvent
+	decided                       bool
+}
+
+type observer struct{ r *Result }
+
+func (o observer) Decided(e llmrate.DecisionEvent) { o.r.lastDecision, o.r.decided = e, true }
+func (observer) Reconciled(llmrate.ReconcileEvent) {}
+func (observer) FailedOpen(llmrate.FailOpenEvent)  {}
+func (observer) Evicted()                          {}
+
+// Simulate replays reqs through a real limiter with figures tt, on a clock
+// that jumps to each request's time. The provider reports each request's
+// tokens as its usage.
+func Simulate(reqs []Request, tt llmrate.TierTable) (*Result, error) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
+	res := &Result{RefusedBy: map[string]int{}, RetryAfter: map[int]int{}, Limits: tt.Free}
+	lim, err := llmrate.New(
+		llmrate.WithTiers(tt),
+		llmrate.WithClock(func() time.Time { return now }),
+		llmrate.WithWorkspace(func(r *http.Request) (string, error) { return r.Header.Get("X-Workspace"), nil }),
+		llmrate.WithObserver(observer{res}),
+	)
+	if err != nil {
+		return nil, err
+	}
+	h := lim.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"usage":{"prompt_tokens":`+r.Header.Get("X-Tokens")+`,"completion_tokens":0}}`)
+	}))
+	if len(reqs) > 0 {
+		res.Seconds = int(reqs[len(reqs)-1].T) + 1
+	}
+	for _, s := range []*[]float64{&res.OfferedRPS, &res.AdmittedRPS, &res.OfferedTPS, &res.AdmittedTPS} {
+		*s = make([]float64, res.Seconds)
+	}
+	for _, q := range reqs {
+		now = start.Add(time.Duration(q.T * float64(time.Second)))
+		ws := q.Workspace
+		if ws == "" {
+			ws = q.Key
+		}
+		est := q.Estimate
+		if est == 0 {
+			est = max(1, q.Tokens)
+		}
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		r.ContentLength = 4 * est
+		r.Header.Set("Authorization", "Bearer "+q.Key)
+		r.Header.Set("X-Workspace", ws)
+		r.Header.Set("X-Tokens", strconv.FormatInt(q.Tokens, 10))
+		w := httptest.NewRecorder()
+		res.decided = false
+		h.ServeHTTP(w, r)
+		sec := int(q.T)
+		res.Offered++
+		res.OfferedTokens += q.Tokens
+		res.OfferedRPS[sec]++
+		res.OfferedTPS[sec] += float64(q.Tokens)
+		switch {
+		case w.Code == http.StatusOK:
+			res.Admitted++
+			res.AdmittedTokens += q.Tokens
+			res.AdmittedRPS[sec]++
+			res.AdmittedTPS[sec] += float64(q.Tokens)
+		case w.Code == http.StatusTooManyRequests && res.decided:
+			res.RefusedBy[res.lastDecision.Refused.String()]++
+			if res.lastDecision.NeverFits {
+				res.NeverFits++
+			}
+			ra, _ := strconv.Atoi(w.Header().Get("Retry-After"))
+			res.RetryAfter[ra]++
+		default:
+			return nil, fmt.Errorf("unexpected status %d at t=%v", w.Code, q.T)
+		}
+	}
+	return res, nil
+}
+
+// Print writes the summary.
+func (r *Result) Print(w io.Writer) {
+	fmt.Fprintln(w, r.Title)
+	pct := func(a, b int) float64 {
+		if b == 0 {
+			return 0
+		}
+		return 100 * float64(a) / float64(b)
+	}
+	fmt.Fprintf(w, "offered  %d requests, %d tokens\n", r.Offered, r.OfferedTokens)
+	fmt.Fprintf(w, "admitted %d requests (%.1f%%), %d tokens\n", r.Admitted, pct(r.Admitted, r.Offered), r.AdmittedTokens)
+	fmt.Fprintf(w, "refused  %d requests\n", r.Offered-r.Admitted)
+	for _, b := range sortedKeys(r.RefusedBy) {
+		fmt.Fprintf(w, "  by %-18s %d\n", b, r.RefusedBy[b])
+	}
+	if r.NeverFits > 0 {
+		fmt.Fprintf(w, "  never fit (larger than a whole bucket): %d\n", r.NeverFits)
+	}
+	if len(r.RetryAfter) > 0 {
+		fmt.Fprintln(w, "Retry-After (seconds: refusals)")
+		for s := 1; s <= 60; s++ {
+			if n := r.RetryAfter[s]; n > 0 {
+				fmt.Fprintf(w, "  %2d: %d\n", s, n)
+			}
+		}
+	}
+}
