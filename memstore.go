@@ -166,9 +166,29 @@ func (s *MemoryStore) noteEvictions(n int) {
 	}
 }
 
+// solo returns the one entry of a Solo request (kept in the workspace map),
+// locked, created full if absent and advanced to now.
+func (s *MemoryStore) solo(workspace string, lim Limits, now int64) (*memShard[uint64], *entry, bool) {
+	wh := maphash.String(s.seed, workspace)
+	sh := &s.ws[wh>>57&(memShards-1)]
+	sh.mu.Lock()
+	e, ev := getEntry(sh, s.perShard, wh, lim, now)
+	e.advance(now, lim)
+	return sh, e, ev
+}
+
 // Admit implements Store.
 func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error) {
 	now := r.Now.UnixNano()
+	if r.Solo {
+		sh, e, ev := s.solo(r.Workspace, r.WorkspaceLimits, now)
+		d := decideSolo(e, r.WorkspaceLimits, r.Tokens)
+		sh.mu.Unlock()
+		if ev {
+			s.noteEvictions(1)
+		}
+		return d, nil
+	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.KeyLimits, r.WorkspaceLimits, now)
 	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens)
 	wsh.mu.Unlock()
@@ -180,6 +200,16 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 // Reconcile implements Store.
 func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 	now := r.Now.UnixNano()
+	if r.Solo {
+		sh, e, ev := s.solo(r.Workspace, r.WorkspaceLimits, now)
+		c := 2 * r.WorkspaceLimits.TokensPerMinute
+		e.tok.adjust(boundActual(r.Actual, c)-r.Estimate, c)
+		sh.mu.Unlock()
+		if ev {
+			s.noteEvictions(1)
+		}
+		return nil
+	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.KeyLimits, r.WorkspaceLimits, now)
 	kc, wc := 2*r.KeyLimits.TokensPerMinute, 2*r.WorkspaceLimits.TokensPerMinute
 	ke.tok.adjust(boundActual(r.Actual, kc)-r.Estimate, kc)
@@ -228,6 +258,29 @@ func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64) Decision {
 		d.RetryAfter = max(d.RetryAfter, w)
 		d.NeverFits = d.NeverFits || never
 	}
+	return d
+}
+
+// decideSolo is decide for a Solo request: the key's buckets and the
+// workspace's are the same two buckets, so the key stage decides.
+func decideSolo(e *entry, lim Limits, n int64) Decision {
+	var d Decision
+	switch {
+	case e.req.level < 1:
+		d.Refused = KeyRequests
+	case e.tok.level < n:
+		d.Refused = KeyTokens
+	default:
+		e.req.level--
+		e.tok.level -= n
+		d.Allowed = true
+		d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
+		return d
+	}
+	d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
+	w1, n1 := e.req.wait(1, lim.RequestsPerMinute, 2*lim.RequestsPerMinute, MaxRetryAfter)
+	w2, n2 := e.tok.wait(n, lim.TokensPerMinute, 2*lim.TokensPerMinute, MaxRetryAfter)
+	d.RetryAfter, d.NeverFits = max(w1, w2), n1 || n2
 	return d
 }
 
@@ -310,17 +363,22 @@ func getEntry[K comparable](sh *memShard[K], bound int, k K, lim Limits, now int
 
 // Levels returns the whole-unit level of the four buckets of (key,
 // workspace) as of now under the given figures, indexed by Bucket, without
-// changing anything. Buckets not tracked are full.
+// changing anything. Buckets not tracked are full; a Solo key (its own
+// workspace) reports its one set of buckets for both scopes.
 func (s *MemoryStore) Levels(key, workspace string, kl, wl Limits, now time.Time) [4]int64 {
 	pk, wh := s.hashes(key, workspace)
 	ks, wsh := s.shards(pk, wh)
 	n := now.UnixNano()
 	ks.mu.Lock()
-	ke := peek(ks.m[pk], n, kl)
+	kp := ks.m[pk]
+	ke := peek(kp, n, kl)
 	ks.mu.Unlock()
 	wsh.mu.Lock()
 	we := peek(wsh.m[wh], n, wl)
 	wsh.mu.Unlock()
+	if kp == nil && key == workspace {
+		ke = we // a Solo key's buckets are kept once, as its workspace's
+	}
 	return [4]int64{ke.req.level, ke.tok.level, we.req.level, we.tok.level}
 }
 

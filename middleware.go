@@ -23,6 +23,7 @@ type Limiter struct {
 	debug     *zap.Logger // sampled, for refusals
 	failOpens atomic.Int64
 	trackers  sync.Pool
+	solo      bool // each key is its own workspace, with equal figures
 }
 
 // New returns a Limiter configured by opts. Every option has a safe
@@ -33,7 +34,7 @@ func New(opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{cfg: c, log: c.logger}
+	l := &Limiter{cfg: c, log: c.logger, solo: c.workspace == nil && c.keyTiers == nil}
 	l.debug = c.logger.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
 		return zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
 	}))
@@ -157,7 +158,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	}
 	a.est = max(1, c.estimator(r))
 	a.now = c.clock()
-	req := AdmitRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, Now: a.now}
+	req := AdmitRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, Solo: l.solo, Now: a.now}
 	var err error
 	if l.mem != nil {
 		a.d, err = l.mem.Admit(ctx, req)
@@ -259,7 +260,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	if ev.Actual != a.est {
 		// The clock is read again: the charge lands when the response ended,
 		// as it does on a store with its own clock.
-		req := ReconcileRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Now: l.cfg.clock()}
+		req := ReconcileRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock()}
 		var err error
 		if l.mem != nil {
 			err = l.mem.Reconcile(r.Context(), req)

@@ -172,7 +172,9 @@ func TestModelBased(t *testing.T) {
 			t.Run(strconv.FormatUint(p, 10), func(t *testing.T) {
 				t.Parallel()
 				for seed := first + p; seed < first+uint64(seeds); seed += parts {
-					if err := runModelSequence(seed, &decisions); err != nil {
+					// Odd seeds run the default configuration (each key its
+					// own workspace: Solo), even seeds two keys sharing one.
+					if err := runModelSequence(seed, seed%2 == 1, &decisions); err != nil {
 						t.Fatalf("seed %d: %v (replay: LLMRATE_MODEL_SEED=%d go test -run TestModelBased)", seed, err, seed)
 					}
 				}
@@ -182,7 +184,7 @@ func TestModelBased(t *testing.T) {
 	t.Logf("%d sequences, %d decisions compared", seeds, decisions.Load())
 }
 
-func runModelSequence(seed uint64, decisions *atomic.Int64) error {
+func runModelSequence(seed uint64, solo bool, decisions *atomic.Int64) error {
 	r := rand.New(rand.NewPCG(seed, 0x11))
 	small := func() llmrate.Limits {
 		return llmrate.Limits{RequestsPerMinute: 1 + r.Int64N(30), TokensPerMinute: 1 + r.Int64N(2000)}
@@ -202,13 +204,17 @@ func runModelSequence(seed uint64, decisions *atomic.Int64) error {
 		}
 		_, _ = io.WriteString(w, `{}`)
 	})
-	l, err := llmrate.New(llmrate.WithTiers(tt), llmrate.WithClock(clock.Now), llmrate.WithTierResolver(res),
-		llmrate.WithWorkspace(func(req *http.Request) (string, error) { return req.Header.Get("X-WS"), nil }))
+	opts := []llmrate.Option{llmrate.WithTiers(tt), llmrate.WithClock(clock.Now), llmrate.WithTierResolver(res)}
+	keys := [][2]string{{"k1", "k1"}, {"k2", "k2"}, {"k3", "k3"}}
+	if !solo {
+		opts = append(opts, llmrate.WithWorkspace(func(req *http.Request) (string, error) { return req.Header.Get("X-WS"), nil }))
+		keys = [][2]string{{"k1", "A"}, {"k2", "A"}, {"k3", "B"}}
+	}
+	l, err := llmrate.New(opts...)
 	if err != nil {
 		return err
 	}
 	h := l.Middleware(provider)
-	keys := [][2]string{{"k1", "A"}, {"k2", "A"}, {"k3", "B"}}
 	for step := range 60 {
 		switch op := r.IntN(10); {
 		case op < 2: // move the clock, sometimes backwards
@@ -221,7 +227,7 @@ func runModelSequence(seed uint64, decisions *atomic.Int64) error {
 			}
 			clock.Advance(d)
 		case op < 3: // switch a workspace's tier
-			ws := []string{"A", "B"}[r.IntN(2)]
+			ws := keys[r.IntN(len(keys))][1]
 			t := llmrate.Tier(r.IntN(6))
 			tiers.set(ws, t)
 			m.tierOf[ws] = t

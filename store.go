@@ -54,6 +54,12 @@ type AdmitRequest struct {
 	WorkspaceLimits Limits
 	// Tokens is the token estimate to debit (at least 1).
 	Tokens int64
+	// Solo reports that the key is its own workspace and no other key can
+	// spend that workspace, with equal figures: the limiter's default
+	// (no WithWorkspace, no WithKeyTiers). The key's buckets and the
+	// workspace's then hold the same levels at every instant, so a store may
+	// keep them once; decisions are identical either way.
+	Solo bool
 	// Now is the limiter's clock. Stores with a clock of their own (Redis
 	// uses the server's TIME) may ignore it.
 	Now time.Time
@@ -90,6 +96,7 @@ type ReconcileRequest struct {
 	// Actual is the charge that replaces it. Each bucket bounds it at twice
 	// its own capacity before applying Actual-Estimate.
 	Actual int64
+	Solo   bool // as in AdmitRequest
 	Now    time.Time
 }
 

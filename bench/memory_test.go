@@ -23,6 +23,21 @@ func heap() uint64 {
 
 const floodKeys = 1_000_000
 
+// llmrateFill tracks n distinct keys, each in a workspace of its own name:
+// solo as the limiter's default does, or as two entries (WithWorkspace).
+func llmrateFill(solo bool) func(n int) any {
+	return func(n int) any {
+		lim := llmrate.Limits{RequestsPerMinute: 100, TokensPerMinute: 200_000}
+		s := llmrate.NewMemoryStore(llmrate.MaxKeys(2 * n))
+		now := time.Now()
+		for i := range n {
+			k := keyName(i)
+			_, _ = s.Admit(context.Background(), llmrate.AdmitRequest{Key: k, Workspace: k, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: solo, Now: now})
+		}
+		return s
+	}
+}
+
 // keyName returns a realistic 51-byte API key; its bytes are counted by the
 // peers that keep the key string (llmrate keeps a hash only).
 func keyName(i int) string {
@@ -32,21 +47,13 @@ func keyName(i int) string {
 // BenchmarkMemoryPerKey reports the heap per tracked key+workspace pair
 // after 1,000,000 distinct keys (each key its own workspace), heap after GC.
 func BenchmarkMemoryPerKey(b *testing.B) {
-	lim := llmrate.Limits{RequestsPerMinute: 100, TokensPerMinute: 200_000}
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
 		fill func(n int) any
 	}{
-		{"llmrate", func(n int) any {
-			s := llmrate.NewMemoryStore(llmrate.MaxKeys(2 * n))
-			now := time.Now()
-			for i := range n {
-				k := keyName(i)
-				_, _ = s.Admit(ctx, llmrate.AdmitRequest{Key: k, Workspace: k, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Now: now})
-			}
-			return s
-		}},
+		{"llmrate-default", llmrateFill(true)},
+		{"llmrate-separate", llmrateFill(false)},
 		{"x-time-rate-map", func(n int) any {
 			m := map[string]*rate.Limiter{}
 			var mu sync.Mutex

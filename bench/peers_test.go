@@ -31,13 +31,19 @@ const perMinute = 1_000_000_000
 // decider is one limiter's single decision for a key.
 type decider func(key string) bool
 
-func llmrateDecider(b *testing.B) decider {
-	s := llmrate.NewMemoryStore()
-	lim := llmrate.Limits{RequestsPerMinute: perMinute, TokensPerMinute: perMinute}
-	ctx := context.Background()
-	return func(key string) bool {
-		d, _ := s.Admit(ctx, llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Now: time.Now()})
-		return d.Allowed
+// llmrateDecider: four buckets, the key in a workspace of its own name.
+// solo is the limiter's default configuration (each key its own workspace,
+// no key caps), where the key's and the workspace's buckets are provably
+// equal and kept once; !solo keeps them apart, as with WithWorkspace.
+func llmrateDecider(solo bool) func(b *testing.B) decider {
+	return func(b *testing.B) decider {
+		s := llmrate.NewMemoryStore()
+		lim := llmrate.Limits{RequestsPerMinute: perMinute, TokensPerMinute: perMinute}
+		ctx := context.Background()
+		return func(key string) bool {
+			d, _ := s.Admit(ctx, llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: solo, Now: time.Now()})
+			return d.Allowed
+		}
 	}
 }
 
@@ -118,7 +124,8 @@ var deciders = []struct {
 	name string
 	make func(*testing.B) decider
 }{
-	{"llmrate-4buckets", llmrateDecider},
+	{"llmrate-4buckets-default", llmrateDecider(true)},
+	{"llmrate-4buckets-separate", llmrateDecider(false)},
 	{"x-time-rate-map", xrateDecider},
 	{"go-limiter", goLimiterDecider},
 	{"throttled", throttledDecider},

@@ -35,8 +35,12 @@ func BenchmarkRedis(b *testing.B) {
 	rr := redis_rate.NewLimiter(c)
 	rrLimit := redis_rate.Limit{Rate: perMinute, Burst: perMinute, Period: time.Minute}
 	ops := map[string]func(key string) error{
-		"llmrate-4buckets": func(key string) error {
-			_, err := store.Admit(ctx, llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1})
+		"llmrate-4buckets-default": func(key string) error {
+			_, err := store.Admit(ctx, llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true})
+			return err
+		},
+		"llmrate-4buckets-separate": func(key string) error {
+			_, err := store.Admit(ctx, llmrate.AdmitRequest{Key: key, Workspace: "ws-" + key, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1})
 			return err
 		},
 		"redis_rate": func(key string) error {
@@ -45,7 +49,7 @@ func BenchmarkRedis(b *testing.B) {
 		},
 		"plain-INCR": func(key string) error { return c.Incr(ctx, key).Err() },
 	}
-	for _, name := range []string{"llmrate-4buckets", "redis_rate", "plain-INCR"} {
+	for _, name := range []string{"llmrate-4buckets-default", "llmrate-4buckets-separate", "redis_rate", "plain-INCR"} {
 		op := ops[name]
 		for _, g := range []int{1, 16, 64} {
 			b.Run(name+"/goroutines="+strconv.Itoa(g), func(b *testing.B) {

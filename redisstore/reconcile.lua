@@ -1,6 +1,6 @@
 -- KEYS as admit.lua. ARGV: now_us, estimate, key actual, ws actual (each
 -- already bounded at 2x its bucket's capacity), key rpm, key tpm, ws rpm,
--- ws tpm.
+-- ws tpm, solo (as in admit.lua).
 local now = now_us(ARGV[1])
 local est = tonumber(ARGV[2])
 local ka, wa = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -14,10 +14,12 @@ local function adjust(e, actual, cap)
   end
   e[4] = l
 end
-local k = load(KEYS[1], now, krr, ktr)
 local w = load(KEYS[2], now, wrr, wtr)
-adjust(k, ka, 2 * ktr)
 adjust(w, wa, 2 * wtr)
-store(KEYS[1], k, krr, ktr)
 store(KEYS[2], w, wrr, wtr)
+if ARGV[9] ~= "1" then
+  local k = load(KEYS[1], now, krr, ktr)
+  adjust(k, ka, 2 * ktr)
+  store(KEYS[1], k, krr, ktr)
+end
 return 1

@@ -7,7 +7,8 @@
 // mint capacity. Each reconcile is one more round trip.
 //
 // Keys: a request's two entries (the key's buckets within its workspace, and
-// the workspace's buckets) are strings named
+// the workspace's buckets; one entry, the latter, for a Solo request) are
+// strings named
 //
 //	<prefix>:{<workspace hash>}:k:<key hash>
 //	<prefix>:{<workspace hash>}:w
@@ -232,7 +233,7 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	defer cancel()
 	res, err := admitScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), r.Tokens,
 		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
-		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute).Int64Slice()
+		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo)).Int64Slice()
 	if err == nil && len(res) != 8 {
 		err = fmt.Errorf("admit script returned %d values", len(res))
 	}
@@ -269,12 +270,19 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 	err := reconcileScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), r.Estimate,
 		bound(r.Actual, r.KeyLimits.TokensPerMinute), bound(r.Actual, r.WorkspaceLimits.TokensPerMinute),
 		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
-		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute).Err()
+		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo)).Err()
 	if err != nil {
 		return s.reconcileLocal(ctx, r, s.failed(err))
 	}
 	s.succeeded()
 	return nil
+}
+
+func soloArg(solo bool) string {
+	if solo {
+		return "1"
+	}
+	return "0"
 }
 
 func (s *Store) reconcileLocal(ctx context.Context, r llmrate.ReconcileRequest, err error) error {

@@ -143,6 +143,16 @@ func TestKeyNamesAndTTL(t *testing.T) {
 		// 1000 tokens at 200,000/min: 300 ms to full; 1 request: 600 ms; + 1 s margin
 		assert.InDelta(t, 1600, ttl.Milliseconds(), 100, "TTL = time to refill to full + 1 s")
 	}
+
+	// A Solo request (the key is its own workspace) keeps one entry.
+	require.NoError(t, c.FlushDB(context.Background()).Err())
+	d, err = s.Admit(context.Background(), llmrate.AdmitRequest{Key: rawKey, Workspace: rawKey, KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Solo: true, Now: time.Now()})
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	keys, _ = c.Keys(context.Background(), "*").Result()
+	_, soloEntry := s.Keys(rawKey, rawKey)
+	assert.Equal(t, []string{soloEntry}, keys)
+	assert.Equal(t, [4]int64{199, 399_999, 199, 399_999}, d.Remaining)
 }
 
 // TestServerTime: without WithClock the scripts use Redis TIME; the
@@ -223,9 +233,11 @@ func TestRedisDownAndBack(t *testing.T) {
 	}
 }
 
+// mustKey is the Redis key holding a default-config (Solo) key's buckets:
+// its workspace entry.
 func mustKey(s *redisstore.Store, key string) string {
-	k, _ := s.Keys(key, key)
-	return k
+	_, w := s.Keys(key, key)
+	return w
 }
 
 func TestOptionsValidated(t *testing.T) {

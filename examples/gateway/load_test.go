@@ -122,7 +122,7 @@ func TestLoadRedisRestart(t *testing.T) {
 		key := "sk-probe-" + strconv.Itoa(i)
 		require.Eventually(t, func() bool {
 			roundRobin(t, []string{u}, key, 1)
-			k, _ := probeStore.Keys(key, key)
+			_, k := probeStore.Keys(key, key) // a Solo key lives in its workspace entry
 			return c.Exists(context.Background(), k).Val() == 1
 		}, 15*time.Second, 100*time.Millisecond, "process %d resumes shared enforcement after the restart", i)
 	}

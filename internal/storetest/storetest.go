@@ -139,6 +139,20 @@ func Run(t *testing.T, f Factory) {
 		assert.Equal(t, "15", r.retryAfter, "50,000 tokens at 200,000/min")
 		assert.Equal(t, 199, e.burst("sk-r", 1000), "the whole remaining request allowance is there")
 	})
+	t.Run("SeparateWorkspaceRollback", func(t *testing.T) {
+		// Not Solo: the key's and the workspace's buckets are kept apart.
+		e := newEnv(t, f, llmrate.WithWorkspace(func(r *http.Request) (string, error) {
+			k, err := llmrate.BearerToken()(r)
+			return "ws-" + k, err
+		}))
+		require.Equal(t, http.StatusOK, e.send("sk-s", 1_200_000, 50_000).code)
+		r := e.send("sk-s", 1_600_000, -1) // 400,000 tokens: refused
+		require.Equal(t, http.StatusTooManyRequests, r.code)
+		assert.Equal(t, int64(199), r.remReq, "rolled back")
+		assert.Equal(t, int64(350_000), r.remTok, "reconciled in both scopes")
+		assert.Equal(t, "15", r.retryAfter)
+		assert.Equal(t, 199, e.burst("sk-s", 1000))
+	})
 	t.Run("ReconcileCreditAndDebit", func(t *testing.T) {
 		e := newEnv(t, f)
 		require.Equal(t, http.StatusOK, e.send("sk-c", 1_200_000, 50_000).code) // est 300,000, used 50,000
