@@ -32,6 +32,22 @@ func BenchmarkScanSSE(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/event")
 }
 
+// BenchmarkScanSSEFullParse: the same stream when every event must be
+// parsed in full (its text holds a \u escape, so the skip test cannot rule
+// a report out): the scanner's worst case per event.
+func BenchmarkScanSSEFullParse(b *testing.B) {
+	ev := bytes.Replace(sseEvent, []byte(`" tokens"`), []byte(`" caf\u00e9s"`), 1)
+	block := bytes.Repeat(ev, 1000)
+	s := llmrate.NewUsageScanner("text/event-stream", "")
+	b.SetBytes(int64(len(block)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		_, _ = s.Write(block)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/event")
+}
+
 // BenchmarkScanSSEEncodingJSON: what decoding every event with
 // encoding/json costs, for comparison in the same run.
 func BenchmarkScanSSEEncodingJSON(b *testing.B) {

@@ -3,6 +3,7 @@ package llmrate_test
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -86,7 +87,7 @@ func BenchmarkObserver(b *testing.B) {
 			}
 			l, _ := llmrate.New(opts...)
 			h := l.Middleware(okHandler)
-			r, _ := http.NewRequest(http.MethodPost, "/", nil)
+			r := httptest.NewRequest(http.MethodPost, "/", nil)
 			r.Header.Set("Authorization", "Bearer sk-obs")
 			w := &discardWriter{h: http.Header{}}
 			b.ReportAllocs()

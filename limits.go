@@ -30,7 +30,13 @@ func (l *Limiter) LimitsHandler() http.Handler {
 			return
 		}
 		var a admission
-		if status, code, msg := l.identify(r, &a); status != 0 {
+		status, code, msg, fault := l.identify(r, &a)
+		if fault != nil {
+			l.failOpen(&a, "limits", fault)
+			writeError(w, r, http.StatusInternalServerError, "server_error", "internal_error", "The limits could not be read.")
+			return
+		}
+		if status != 0 {
 			writeError(w, r, status, "invalid_request_error", code, msg)
 			return
 		}

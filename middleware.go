@@ -84,7 +84,13 @@ type admission struct {
 
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	var a admission
-	if status, code, msg := l.identify(r, &a); status != 0 {
+	status, code, msg, fault := l.identify(r, &a)
+	if fault != nil {
+		l.failOpen(&a, "admit", fault)
+		next.ServeHTTP(w, r)
+		return
+	}
+	if status != 0 {
 		writeError(w, r, status, "invalid_request_error", code, msg)
 		return
 	}
@@ -113,26 +119,27 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 }
 
 // identify extracts the key and workspace. A non-zero status means the
-// request is refused as bad client input.
-func (l *Limiter) identify(r *http.Request, a *admission) (status int, code, msg string) {
+// request is refused as bad client input; fault is set when an extractor
+// panicked (a limiter fault: the request fails open).
+func (l *Limiter) identify(r *http.Request, a *admission) (status int, code, msg string, fault error) {
 	defer func() {
 		if p := recover(); p != nil {
-			status, code, msg = http.StatusBadRequest, "invalid_api_key", "The API key could not be read."
+			status, fault = 0, &PanicError{Where: "extractor", Value: p}
 		}
 	}()
 	key, err := l.cfg.key(r)
 	if err != nil || key == "" {
-		return http.StatusUnauthorized, "missing_api_key", "You didn't provide an API key. Provide it in an Authorization header (Bearer auth) or an x-api-key header."
+		return http.StatusUnauthorized, "missing_api_key", "You didn't provide an API key. Provide it in an Authorization header (Bearer auth) or an x-api-key header.", nil
 	}
 	a.key, a.ws = key, key
 	if l.cfg.workspace != nil {
 		ws, err := l.cfg.workspace(r)
 		if err != nil || ws == "" {
-			return http.StatusUnauthorized, "missing_workspace", "The request does not identify a workspace."
+			return http.StatusUnauthorized, "missing_workspace", "The request does not identify a workspace.", nil
 		}
 		a.ws = ws
 	}
-	return 0, "", ""
+	return 0, "", "", nil
 }
 
 // admit resolves the tier, estimates and asks the store. ok is false when

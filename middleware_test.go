@@ -360,7 +360,7 @@ func TestLimitsEndpoint(t *testing.T) {
 // 9. Faults fail open; a missing key is a 401.
 func TestFaultsFailOpen(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"error", "hang", "ignore-ctx", "panic", "resolver-panic", "estimator-panic"} {
+	for _, mode := range []string{"error", "hang", "ignore-ctx", "panic", "resolver-panic", "estimator-panic", "extractor-panic"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			core, logs := observer.New(zapcore.DebugLevel)
@@ -372,6 +372,8 @@ func TestFaultsFailOpen(t *testing.T) {
 				opts = append(opts, llmrate.WithTierResolver(llmrate.TierResolverFunc(func(context.Context, string) (llmrate.Tier, bool) { panic("resolver") })))
 			case "estimator-panic":
 				opts = append(opts, llmrate.WithEstimator(func(*http.Request) int64 { panic("estimator") }))
+			case "extractor-panic":
+				opts = append(opts, llmrate.WithWorkspace(func(*http.Request) (string, error) { panic("extractor") }))
 			}
 			h := newHarness(t, okHandler, opts...)
 			start := time.Now()

@@ -64,6 +64,6 @@ type ReconcileEvent struct {
 
 // FailOpenEvent describes a fault that let a request through unchecked.
 type FailOpenEvent struct {
-	Op  string // "admit" or "reconcile"
+	Op  string // "admit", "reconcile" or "limits"
 	Err error  // a *StoreError or *PanicError; never quotes a raw key
 }

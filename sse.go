@@ -208,6 +208,15 @@ func (s *UsageScanner) feedSSELines(p []byte) {
 		}
 		switch s.phase {
 		case lineField:
+			if s.flen == 0 && !s.hasData {
+				// Fast path: a whole event in this write that cannot hold a
+				// usage report is skipped without parsing.
+				if n := skippableEvent(p[i:]); n > 0 {
+					i += n
+					s.afterCR = p[i-1] == '\r'
+					continue
+				}
+			}
 			if s.flen == 0 && len(p)-i >= 5 && string(p[i:i+5]) == "data:" {
 				// Fast path: a data line.
 				s.flen, s.phase = 4, lineDataSp
@@ -263,6 +272,67 @@ func (s *UsageScanner) feedSSELines(p []byte) {
 				s.endLine(p[i])
 				i++
 			}
+		}
+	}
+}
+
+var (
+	markUsage     = []byte("usage")
+	markNullUsage = []byte(`"usage":null`)
+	markMeta      = []byte("meta")
+	markEval      = []byte("eval_count")
+	markEscape    = []byte(`\u`)
+)
+
+// skippableEvent returns the length of the complete event at the start of b
+// (through its empty line) if it cannot contain a usage report, else 0.
+//
+// A report needs a member named usage or usageMetadata (paths 1–5 and 7),
+// meta (6) or [prompt_]eval_count (8) whose value is not null. A member name
+// cannot span lines (a JSON string holds no raw line break) and, short of a
+// \u escape, is spelled literally. So an event with no \u, no "meta", no
+// "eval_count" and whose every "usage" is a literal `"usage":null` (the
+// filler of OpenAI streams with include_usage) has no report, whether or
+// not it is valid JSON. Anything else is parsed in full.
+func skippableEvent(b []byte) int {
+	end := fastEventEnd(b)
+	if end <= 0 {
+		return 0
+	}
+	ev := b[:end]
+	if bytes.Contains(ev, markEscape) || bytes.Contains(ev, markMeta) || bytes.Contains(ev, markEval) {
+		return 0
+	}
+	if n := bytes.Count(ev, markUsage); n > 0 && n != bytes.Count(ev, markNullUsage) {
+		return 0
+	}
+	return end
+}
+
+// fastEventEnd is eventEnd, a line at a time with SIMD searches: linear in
+// the event's own length, never in what follows it. Lines broken by CR take
+// the careful walk.
+func fastEventEnd(b []byte) int {
+	if len(b) == 0 || b[0] == '\n' || b[0] == '\r' {
+		return 0
+	}
+	pos := 0
+	for {
+		j := bytes.IndexByte(b[pos:], '\n')
+		if j < 0 {
+			return -1
+		}
+		if bytes.IndexByte(b[pos:pos+j], '\r') >= 0 {
+			return eventEnd(b)
+		}
+		pos += j + 1
+		switch {
+		case pos == len(b):
+			return -1
+		case b[pos] == '\n':
+			return pos + 1
+		case b[pos] == '\r':
+			return eventEnd(b)
 		}
 	}
 }
