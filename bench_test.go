@@ -104,6 +104,37 @@ func BenchmarkScanJSONEncodingJSON(b *testing.B) {
 	}
 }
 
+// largeResponse is a 64 KB chat completion: long generated content, a tool
+// call with JSON arguments, usage at the end.
+var largeResponse = []byte(`{"id":"chatcmpl-big","object":"chat.completion","created":1732000000,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+	strings.Repeat(`Rate limits keep gateways honest; \"usage\": {\"prompt_tokens\": 9} is only text here. `, 700) +
+	`","tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"query\":\"tokens per minute\",\"limit\":10}"}}]},"finish_reason":"stop"}],"usage":{"prompt_tokens":1520,"completion_tokens":15910,"total_tokens":17430}}`)
+
+// BenchmarkScanJSONLarge: the scanner on a 64 KB JSON response.
+func BenchmarkScanJSONLarge(b *testing.B) {
+	b.SetBytes(int64(len(largeResponse)))
+	b.ReportAllocs()
+	s := llmrate.NewUsageScanner("application/json", "")
+	for range b.N {
+		_, _ = s.Write(largeResponse)
+		if u, ok := s.Finish(); !ok || u.OutputTokens != 15910 {
+			b.Fatal("usage", u, ok)
+		}
+		s.Reset("application/json", "")
+	}
+}
+
+func BenchmarkScanJSONLargeEncodingJSON(b *testing.B) {
+	b.SetBytes(int64(len(largeResponse)))
+	b.ReportAllocs()
+	for range b.N {
+		var v map[string]any
+		if err := json.Unmarshal(largeResponse, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkScan100MB: memory for scanning a 100 MB stream (B/op is the whole
 // run's allocation).
 func BenchmarkScan100MB(b *testing.B) {
