@@ -23,6 +23,7 @@ type ConfigError struct {
 	Err    error
 }
 
+// Error names the option and the problem.
 func (e *ConfigError) Error() string { return "llmrate: invalid " + e.Option + ": " + e.Err.Error() }
 
 // Unwrap returns the cause.
@@ -35,6 +36,7 @@ type StoreError struct {
 	Err error
 }
 
+// Error names the operation and the cause.
 func (e *StoreError) Error() string { return "llmrate: store " + e.Op + ": " + e.Err.Error() }
 
 // Unwrap returns the cause.
@@ -47,4 +49,5 @@ type PanicError struct {
 	Value any
 }
 
+// Error names where the panic happened and its value.
 func (e *PanicError) Error() string { return fmt.Sprintf("llmrate: panic in %s: %v", e.Where, e.Value) }

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Header names llmrate writes.
+// Header names llmrate writes, in canonical form.
 const (
 	HeaderRetryAfter = "Retry-After"
 	HeaderRequestID  = "X-Request-Id"

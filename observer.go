@@ -42,6 +42,7 @@ const (
 	ReconcileEstimated
 )
 
+// String returns "usage", "partial" or "estimated".
 func (k ReconcileKind) String() string {
 	switch k {
 	case ReconcileUsage:

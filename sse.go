@@ -62,6 +62,7 @@ type UsageScanner struct {
 	flen    uint8
 	afterCR bool
 	hasData bool
+	evStart bool  // at the first byte of an event: the skip test may run
 	bom     uint8 // BOM bytes matched at the start of the stream
 	started bool
 
@@ -87,6 +88,7 @@ func (s *UsageScanner) reset(contentType, contentEncoding string) {
 	s.acc = usageAcc{}
 	s.js.init(&s.acc, s.frame == frameJSON)
 	s.n, s.phase, s.flen, s.afterCR, s.hasData, s.bom, s.started, s.lineLen, s.pending = 0, lineField, 0, false, false, 0, false, 0, false
+	s.evStart = true
 	s.gz = nil
 	switch enc := strings.TrimSpace(contentEncoding); {
 	case enc == "" || strings.EqualFold(enc, "identity"):
@@ -208,14 +210,16 @@ func (s *UsageScanner) feedSSELines(p []byte) {
 		}
 		switch s.phase {
 		case lineField:
-			if s.flen == 0 && !s.hasData {
-				// Fast path: a whole event in this write that cannot hold a
-				// usage report is skipped without parsing.
+			if s.evStart {
+				// Fast path, tried once per event at its first byte: a whole
+				// event in this write that cannot hold a usage report is
+				// skipped without parsing.
 				if n := skippableEvent(p[i:]); n > 0 {
 					i += n
 					s.afterCR = p[i-1] == '\r'
 					continue
 				}
+				s.evStart = c == '\r' || c == '\n'
 			}
 			if s.flen == 0 && len(p)-i >= 5 && string(p[i:i+5]) == "data:" {
 				// Fast path: a data line.
@@ -246,13 +250,7 @@ func (s *UsageScanner) feedSSELines(p []byte) {
 				i++
 			}
 		case lineData:
-			j := bytes.IndexByte(p[i:], '\n')
-			if j < 0 {
-				j = len(p) - i
-			}
-			if k := bytes.IndexByte(p[i:i+j], '\r'); k >= 0 {
-				j = k
-			}
+			j := lineLen(p[i:])
 			s.js.write(p[i : i+j])
 			i += j
 			if i < len(p) {
@@ -260,14 +258,7 @@ func (s *UsageScanner) feedSSELines(p []byte) {
 				i++
 			}
 		case lineSkip:
-			j := bytes.IndexByte(p[i:], '\n')
-			if j < 0 {
-				j = len(p) - i
-			}
-			if k := bytes.IndexByte(p[i:i+j], '\r'); k >= 0 {
-				j = k
-			}
-			i += j
+			i += lineLen(p[i:])
 			if i < len(p) {
 				s.endLine(p[i])
 				i++
@@ -337,6 +328,19 @@ func fastEventEnd(b []byte) int {
 	}
 }
 
+// lineLen returns the length of the line at the start of p, up to (not
+// including) its CR or LF, or all of p when it has neither.
+func lineLen(p []byte) int {
+	j := bytes.IndexByte(p, '\n')
+	if j < 0 {
+		j = len(p)
+	}
+	if k := bytes.IndexByte(p[:j], '\r'); k >= 0 {
+		j = k
+	}
+	return j
+}
+
 // beginData starts a data line: lines of one event are joined with "\n".
 func (s *UsageScanner) beginData() {
 	if s.hasData {
@@ -356,6 +360,7 @@ func (s *UsageScanner) endLine(c byte) {
 				s.js.end()
 				s.hasData = false
 			}
+			s.evStart = true
 		} else if s.flen == 4 && string(s.field[:4]) == "data" {
 			s.beginData() // "data" with no colon: an empty value
 		}
