@@ -225,6 +225,16 @@ func (p *jsonScan) write(b []byte) {
 			switch {
 			case c == '"':
 				p.endString()
+				// Fast path: a member name is usually followed at once by
+				// ':' and the value's first byte.
+				if p.state == sColon && i+2 < len(b) && b[i+1] == ':' {
+					i++
+					p.state = sValue
+					if c = b[i+1]; c == '"' || c == '{' || c == '[' || c == 'n' || (c >= '0' && c <= '9') {
+						i++
+						p.beginValue(c)
+					}
+				}
 			case c == '\\':
 				p.state = sStrEsc
 			default:
