@@ -311,6 +311,9 @@ func fastEventEnd(b []byte) int {
 	for {
 		j := bytes.IndexByte(b[pos:], '\n')
 		if j < 0 {
+			if bytes.IndexByte(b[pos:], '\r') >= 0 {
+				return eventEnd(b) // lines broken by CR alone
+			}
 			return -1
 		}
 		if bytes.IndexByte(b[pos:pos+j], '\r') >= 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,4 +127,31 @@ func TestGatewayConfigAndLimits(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte(`{"workspaces":{"acme":"platinum"}}`), 0o600))
 	err = run(context.Background(), []string{"-config", bad, "-listen", "127.0.0.1:0"}, io.Discard, nil)
 	assert.ErrorContains(t, err, `unknown tier "platinum"`)
+}
+
+// TestGatewayUpstream: -upstream proxies to a provider, sending the
+// operator's key (from -upstream-key-env) instead of the client's, and the
+// provider's usage reconciles.
+func TestGatewayUpstream(t *testing.T) {
+	var sawAuth, sawPath string
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sawAuth, sawPath = r.Header.Get("Authorization"), r.URL.Path
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "9999")
+		_, _ = io.WriteString(w, `{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`)
+	}))
+	defer provider.Close()
+	t.Setenv("TEST_PROVIDER_KEY", "sk-operator")
+	url := startGateway(t, "-upstream", provider.URL, "-upstream-key-env", "TEST_PROVIDER_KEY")
+	resp := post(t, url, "sk-client", `{"model":"m"}`)
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	assert.Equal(t, "Bearer sk-operator", sawAuth, "the provider never sees the client's key")
+	assert.Equal(t, "/v1/chat/completions", sawPath)
+	assert.Equal(t, "199", resp.Header.Get("X-Ratelimit-Remaining-Requests"), "the gateway's own figure replaces the provider account's")
+	assert.Contains(t, string(body), `"prompt_tokens":3`)
+
+	err := run(context.Background(), []string{"-upstream", "not a url", "-listen", "127.0.0.1:0"}, io.Discard, nil)
+	assert.ErrorContains(t, err, "want an absolute URL")
 }
