@@ -31,12 +31,20 @@ func BenchmarkRedis(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	batched, err := redisstore.New(c, redisstore.WithTimeout(time.Second), redisstore.WithBatching(64))
+	if err != nil {
+		b.Fatal(err)
+	}
 	lim := llmrate.Limits{RequestsPerMinute: perMinute, TokensPerMinute: perMinute}
 	rr := redis_rate.NewLimiter(c)
 	rrLimit := redis_rate.Limit{Rate: perMinute, Burst: perMinute, Period: time.Minute}
 	ops := map[string]func(key string) error{
 		"llmrate-4buckets-default": func(key string) error {
 			_, err := store.Admit(ctx, llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true})
+			return err
+		},
+		"llmrate-4buckets-default-batched": func(key string) error {
+			_, err := batched.Admit(ctx, llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true})
 			return err
 		},
 		"llmrate-4buckets-separate": func(key string) error {
@@ -49,7 +57,7 @@ func BenchmarkRedis(b *testing.B) {
 		},
 		"plain-INCR": func(key string) error { return c.Incr(ctx, key).Err() },
 	}
-	for _, name := range []string{"llmrate-4buckets-default", "llmrate-4buckets-separate", "redis_rate", "plain-INCR"} {
+	for _, name := range []string{"llmrate-4buckets-default", "llmrate-4buckets-default-batched", "llmrate-4buckets-separate", "redis_rate", "plain-INCR"} {
 		op := ops[name]
 		for _, g := range []int{1, 16, 64} {
 			b.Run(name+"/goroutines="+strconv.Itoa(g), func(b *testing.B) {

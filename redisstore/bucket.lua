@@ -95,3 +95,46 @@ local function store(key, e, rrate, trate)
   local px = math.max(ttl(e[2], rrate, 2 * rrate), ttl(e[4], trate, 2 * trate))
   redis.call("SET", key, struct.pack(FMT, e[1], e[2], e[3], e[4], e[5]), "PX", px)
 end
+
+-- admit_one checks and debits one request's four buckets, all or nothing.
+-- Its arguments are a[o .. o+5]: tokens, key rpm, key tpm, ws rpm, ws tpm,
+-- solo ("1": the key is its own workspace; its buckets are kept once, in
+-- wkey, and kkey is not touched).
+-- Returns {allowed, refused, retry_s, never, kr, kt, wr, wt}.
+local function admit_one(kkey, wkey, now, a, o)
+  local n = tonumber(a[o])
+  local krr, ktr, wrr, wtr = tonumber(a[o + 1]), tonumber(a[o + 2]), tonumber(a[o + 3]), tonumber(a[o + 4])
+  local solo = a[o + 5] == "1"
+  local w = load(wkey, now, wrr, wtr)
+  local k = w
+  if not solo then k = load(kkey, now, krr, ktr) end
+  -- the four buckets in admission order: {entry, level index, need, rate}
+  local bs = {{k, 2, 1, krr}, {k, 4, n, ktr}, {w, 2, 1, wrr}, {w, 4, n, wtr}}
+  local refused = -1
+  for i = 1, 4 do
+    local b = bs[i]
+    if b[1][b[2]] < b[3] then
+      refused = i - 1
+      break
+    end
+  end
+  if refused < 0 then
+    local last = 4
+    if solo then last = 2 end -- k and w are one entry: debit it once
+    for i = 1, last do
+      local b = bs[i]
+      b[1][b[2]] = b[1][b[2]] - b[3]
+    end
+    if not solo then store(kkey, k, krr, ktr) end
+    store(wkey, w, wrr, wtr)
+    return {1, 0, 0, 0, k[2], k[4], w[2], w[4]}
+  end
+  local retry, never = 0, 0
+  for i = 1, 4 do
+    local b = bs[i]
+    local s, nv = wait(b[1][b[2]], b[1][b[2] + 1], b[3], b[4], 2 * b[4])
+    if s > retry then retry = s end
+    if nv then never = 1 end
+  end
+  return {0, refused, retry, never, k[2], k[4], w[2], w[4]}
+end

@@ -74,6 +74,7 @@ type Store struct {
 	timeout  time.Duration
 	retry    time.Duration
 	fallback *llmrate.MemoryStore
+	batch    *batcher // nil: one call per admission
 
 	downUntil   atomic.Int64 // unix ns: Redis is not tried before this
 	consecutive atomic.Int64 // failed calls in a row
@@ -228,6 +229,9 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	if !s.up() {
 		return s.admitLocal(ctx, r, errDown)
 	}
+	if s.batch != nil {
+		return s.admitBatched(ctx, r)
+	}
 	k, w := s.Keys(r.Key, r.Workspace)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -241,14 +245,7 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 		return s.admitLocal(ctx, r, s.failed(err))
 	}
 	s.succeeded()
-	d := llmrate.Decision{
-		Allowed:    res[0] == 1,
-		Refused:    llmrate.Bucket(res[1]),
-		RetryAfter: time.Duration(res[2]) * time.Second,
-		NeverFits:  res[3] == 1,
-		Remaining:  [4]int64{res[4], res[5], res[6], res[7]},
-	}
-	return d, nil
+	return decisionFrom(res), nil
 }
 
 func (s *Store) admitLocal(ctx context.Context, r llmrate.AdmitRequest, err error) (llmrate.Decision, error) {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,6 +44,101 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
 		return newStore(t, c, redisstore.WithClock(clock))
 	})
+}
+
+func TestConformanceBatched(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	storetest.Run(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
+		return newStore(t, c, redisstore.WithClock(clock), redisstore.WithBatching(16))
+	})
+}
+
+// TestBatchingFewerCalls: 64 concurrent callers share script calls, and a
+// hot key still gets exactly its burst.
+func TestBatchingFewerCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	s := newStore(t, c, redisstore.WithBatching(32))
+	free := llmrate.DefaultTiers().Free
+	now := time.Unix(1_700_000_000, 0)
+	before := commandCalls(t, c)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 10 {
+				d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-batch", Workspace: "sk-batch", KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Solo: true, Now: now})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	after := commandCalls(t, c)
+	calls := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+	t.Logf("640 admissions in %d script calls", calls)
+	assert.Less(t, calls, int64(640), "concurrent admissions shared calls")
+	assert.Positive(t, calls)
+	// Redis TIME moves during the run: the burst plus at most its refill.
+	assert.GreaterOrEqual(t, admitted.Load(), int64(200))
+	assert.LessOrEqual(t, admitted.Load(), int64(205))
+}
+
+// TestBatchingWithdrawals: callers giving up at random moments (some while
+// handed the lead) never lose or double the lead: everyone returns, and the
+// store still answers afterwards.
+func TestBatchingWithdrawals(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	s := newStore(t, c, redisstore.WithBatching(4))
+	lim := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+	var wg sync.WaitGroup
+	var answered, gaveUp atomic.Int64
+	for g := range 48 {
+		wg.Go(func() {
+			for i := range 40 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration((g*7+i*13)%20000)*time.Microsecond)
+				_, err := s.Admit(ctx, llmrate.AdmitRequest{Key: "sk-w", Workspace: "sk-w", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true})
+				cancel()
+				if err != nil {
+					gaveUp.Add(1)
+				} else {
+					answered.Add(1)
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("callers hung: the lead was lost")
+	}
+	t.Logf("%d answered, %d gave up", answered.Load(), gaveUp.Load())
+	assert.Positive(t, gaveUp.Load(), "some callers gave up (the test exercises withdrawals)")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, err := s.Admit(ctx, llmrate.AdmitRequest{Key: "sk-w", Workspace: "sk-w", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true})
+	require.NoError(t, err, "the store still answers")
+	assert.True(t, d.Allowed)
+}
+
+func TestBatchingOptionValidated(t *testing.T) {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+	_, err := redisstore.New(cc, redisstore.WithBatching(8))
+	assert.ErrorContains(t, err, "Cluster")
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	_, err = redisstore.New(c, redisstore.WithBatching(1))
+	assert.Error(t, err)
 }
 
 func TestConformanceCluster(t *testing.T) {
@@ -177,13 +273,17 @@ func TestServerTime(t *testing.T) {
 
 // TestRedisDownAndBack stops and restarts the real redis-server mid-run.
 func TestRedisDownAndBack(t *testing.T) {
-	for _, fallback := range []bool{false, true} {
-		t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+	for _, mode := range []struct{ fallback, batch bool }{{false, false}, {true, false}, {false, true}} {
+		fallback := mode.fallback
+		t.Run(fmt.Sprintf("fallback=%v,batching=%v", mode.fallback, mode.batch), func(t *testing.T) {
 			srv := redistest.Start(t)
 			c := client(t, srv.Addr)
 			opts := []redisstore.Option{redisstore.WithTimeout(30 * time.Millisecond), redisstore.WithRetryInterval(200 * time.Millisecond)}
 			if fallback {
 				opts = append(opts, redisstore.WithFallbackLocal())
+			}
+			if mode.batch {
+				opts = append(opts, redisstore.WithBatching(8))
 			}
 			s := newStore(t, c, opts...)
 			l, err := llmrate.New(llmrate.WithStore(s))
