@@ -1,7 +1,6 @@
 package llmrate_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -138,5 +137,3 @@ func (printObserver) Decided(e llmrate.DecisionEvent) {
 func (printObserver) Reconciled(llmrate.ReconcileEvent) {}
 func (printObserver) FailedOpen(llmrate.FailOpenEvent)  {}
 func (printObserver) Evicted()                          {}
-
-var _ = context.Background

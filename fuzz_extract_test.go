@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,7 +121,6 @@ func FuzzRefusalChangesNothing(f *testing.F) {
 		if d.Allowed && (after[0] != before[0]-1 || after[1] != before[1]-n) {
 			t.Fatalf("admission debited %v → %v for %d", before, after, n)
 		}
-		_ = strconv.Itoa
 	})
 }
 

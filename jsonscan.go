@@ -326,7 +326,7 @@ func (p *jsonScan) write(b []byte) {
 				continue
 			}
 			if c == ']' && p.state == sArrFirst {
-				p.closeContainer(true)
+				p.closeContainer()
 				continue
 			}
 			p.beginValue(c)
@@ -338,7 +338,7 @@ func (p *jsonScan) write(b []byte) {
 			case c == '"':
 				p.beginKey()
 			case c == '}' && p.state == sObjFirst:
-				p.closeContainer(false)
+				p.closeContainer()
 			default:
 				p.state = sBad
 			}
@@ -369,9 +369,9 @@ func (p *jsonScan) write(b []byte) {
 					p.beginKey()
 				}
 			case c == ']' && arr:
-				p.closeContainer(true)
+				p.closeContainer()
 			case c == '}' && !arr:
-				p.closeContainer(false)
+				p.closeContainer()
 			default:
 				p.state = sBad
 			}
@@ -533,10 +533,9 @@ func (p *jsonScan) openContainer(arr bool) {
 	p.nodes[d] = node
 }
 
-func (p *jsonScan) closeContainer(arr bool) {
+func (p *jsonScan) closeContainer() {
 	p.depth--
 	p.valueDone()
-	_ = arr
 }
 
 // valueDone is called after any complete value.

@@ -1,13 +1,11 @@
 package llmrate_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/llmrate/llmrate"
 	"github.com/stretchr/testify/assert"
@@ -141,6 +139,4 @@ func TestHeaderWorkspaceNeedsTrust(t *testing.T) {
 		require.Equal(t, http.StatusOK, send("sk-attacker", "victim"))
 	}
 	assert.Equal(t, http.StatusTooManyRequests, send("sk-victim", "victim"), "the attacker spent the victim's workspace: only use such an extractor behind auth")
-	_ = context.Background
-	_ = time.Second
 }

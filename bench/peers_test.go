@@ -5,7 +5,6 @@ package bench
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -272,5 +271,3 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 	}
 }
-
-var _ = io.Discard
