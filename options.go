@@ -162,8 +162,11 @@ func WithDocsURL(u string) Option {
 // DefaultDocsURL is the default link in the limits endpoint's answer.
 const DefaultDocsURL = "https://github.com/llmrate/llmrate#semantics"
 
-// DefaultMaxInjectBody bounds the request body WithStreamUsage will rewrite.
-const DefaultMaxInjectBody = 8 << 20
+// DefaultMaxInjectBody bounds the request body WithStreamUsage reads to
+// rewrite: at most this much is held in memory per request being rewritten.
+// A larger body (e.g. with inline images) is forwarded untouched, and its
+// stream reconciles like any stream without usage.
+const DefaultMaxInjectBody = 1 << 20
 
 func newConfig(opts []Option) (*config, error) {
 	c := &config{

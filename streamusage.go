@@ -17,8 +17,9 @@ import (
 // usage chunk the limiter reconciles with. That usage-only chunk is then
 // dropped from what the client receives, so a client that did not ask for it
 // never sees it. A client that asked for usage gets it untouched. Bodies over
-// DefaultMaxInjectBody bytes, or not JSON objects, are forwarded untouched.
-// Default: off (request bodies are never read).
+// DefaultMaxInjectBody bytes (1 MiB, the most held per request), or not JSON
+// objects, are forwarded untouched. Default: off (request bodies are never
+// read).
 func WithStreamUsage() Option {
 	return optionFunc(func(c *config) { c.streamUse = true })
 }
