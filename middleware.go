@@ -280,6 +280,10 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 			l.failOpen(a, "reconcile", &StoreError{Op: "reconcile", Err: err})
 		}
 	}
+	if ce := l.debug.Check(zap.DebugLevel, "llmrate: reconciled"); ce != nil {
+		ce.Write(zap.String("key_fp", Fingerprint(a.key)), zap.Stringer("kind", ev.Kind), zap.Int64("estimate", ev.Estimate),
+			zap.Int64("actual", ev.Actual), zap.Bool("cut", ev.Cut))
+	}
 	if o := l.cfg.observer; o != nil {
 		o.Reconciled(ev)
 	}

@@ -31,6 +31,9 @@ func TestRawKeyNeverLeaks(t *testing.T) {
 	w := h.send(secretKey, 4*400_001) // never fits
 	bodies = append(bodies, w.Body.String())
 	require.Positive(t, logs.FilterMessage("llmrate: refused").Len(), "refusals are logged at debug")
+	rec := logs.FilterMessage("llmrate: reconciled").All()
+	require.NotEmpty(t, rec, "reconciles are logged at debug, labelled")
+	assert.Equal(t, "estimated", rec[0].ContextMap()["kind"])
 	for _, e := range logs.All() {
 		line := fmt.Sprint(e.Message, e.ContextMap())
 		assert.NotContains(t, line, secretKey)
