@@ -71,12 +71,11 @@ func timeToFull(rem, rate int64) time.Duration {
 	if rem >= capacity {
 		return 0
 	}
-	need := capacity - rem // at most 4*capacity: fits in float-free math below
-	ms := (need*60_000 + rate - 1) / rate
-	if need > (1<<63-1)/60_000 { // cannot happen within MaxPerMinute; stay safe
-		ms = 6 * 60_000
+	need := capacity - rem // debt is floored at -2*capacity: need <= 3*capacity
+	if need > (1<<63-1-rate)/60_000 {
+		return 6 * time.Minute // beyond any reachable level; keeps the product in range
 	}
-	return time.Duration(ms) * time.Millisecond
+	return time.Duration((need*60_000+rate-1)/rate) * time.Millisecond
 }
 
 // removeRateLimitHeaders deletes upstream rate-limit headers.

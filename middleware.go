@@ -105,7 +105,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	t := l.trackers.Get().(*tracker)
 	t.start(w, r, &a)
 	if l.cfg.streamUse {
-		t.inject = injectStreamUsage(r, l.cfg.maxBody)
+		t.inject = injectStreamUsage(r, DefaultMaxInjectBody)
 	}
 	done := false
 	defer func() {

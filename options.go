@@ -36,7 +36,6 @@ type config struct {
 	headers    HeaderStyle
 	streamUse  bool
 	docsURL    string
-	maxBody    int64
 	errs       []error
 	nilOptions int
 }
@@ -177,7 +176,6 @@ func newConfig(opts []Option) (*config, error) {
 		estimator: EstimateTokens,
 		timeout:   DefaultStoreTimeout,
 		docsURL:   DefaultDocsURL,
-		maxBody:   DefaultMaxInjectBody,
 	}
 	for _, o := range opts {
 		if o == nil {

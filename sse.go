@@ -300,12 +300,15 @@ func skippableEvent(b []byte) int {
 	return end
 }
 
-// fastEventEnd is eventEnd, a line at a time with SIMD searches: linear in
-// the event's own length, never in what follows it. Lines broken by CR take
-// the careful walk.
+// fastEventEnd returns what eventEnd does, a line at a time with SIMD
+// searches: linear in the event's own length, never in what follows it.
+// Lines broken by CR, and a leading empty line, take the careful walk.
 func fastEventEnd(b []byte) int {
-	if len(b) == 0 || b[0] == '\n' || b[0] == '\r' {
-		return 0
+	if len(b) == 0 {
+		return -1
+	}
+	if b[0] == '\n' || b[0] == '\r' {
+		return eventEnd(b)
 	}
 	pos := 0
 	for {

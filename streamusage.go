@@ -97,7 +97,7 @@ type usageFilter struct {
 func (f *usageFilter) write(b []byte, out func([]byte) (int, error)) error {
 	for len(b) > 0 {
 		if f.passing {
-			end := eventEnd(b)
+			end := fastEventEnd(b)
 			if end < 0 {
 				_, err := out(b)
 				return err
@@ -111,7 +111,7 @@ func (f *usageFilter) write(b []byte, out func([]byte) (int, error)) error {
 		}
 		if len(f.held) == 0 {
 			// Fast path: whole events straight from b, no copy.
-			end := eventEnd(b)
+			end := fastEventEnd(b)
 			if end < 0 {
 				break
 			}
@@ -130,7 +130,7 @@ func (f *usageFilter) write(b []byte, out func([]byte) (int, error)) error {
 	}
 	f.held = append(f.held, b...)
 	for {
-		end := eventEnd(f.held)
+		end := fastEventEnd(f.held)
 		if end < 0 {
 			break
 		}
