@@ -63,6 +63,7 @@ func TestBatchingFewerCalls(t *testing.T) {
 	free := llmrate.DefaultTiers().Free
 	now := time.Unix(1_700_000_000, 0)
 	before := commandCalls(t, c)
+	start := time.Now()
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 64 {
@@ -80,14 +81,16 @@ func TestBatchingFewerCalls(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	took := time.Since(start)
 	after := commandCalls(t, c)
 	calls := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
 	t.Logf("640 admissions in %d script calls", calls)
 	assert.Less(t, calls, int64(640), "concurrent admissions shared calls")
 	assert.Positive(t, calls)
-	// Redis TIME moves during the run: the burst plus at most its refill.
+	// Redis TIME moves during the run: the burst plus at most its refill,
+	// one request per 0.6 s.
 	assert.GreaterOrEqual(t, admitted.Load(), int64(200))
-	assert.LessOrEqual(t, admitted.Load(), int64(205))
+	assert.LessOrEqual(t, admitted.Load(), 200+1+int64(took/(600*time.Millisecond)), "took %v", took)
 }
 
 // TestBatchingWithdrawals: callers giving up at random moments (some while

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/llmrate/llmrate"
 	"github.com/stretchr/testify/assert"
@@ -15,6 +16,7 @@ func TestServeMux(t *testing.T) {
 	require.NoError(t, err)
 	mux := newMux(lim)
 	codes := map[int]int{}
+	start := time.Now()
 	for range 201 {
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
 		r.Header.Set("Authorization", "Bearer sk-stdlib")
@@ -22,8 +24,11 @@ func TestServeMux(t *testing.T) {
 		mux.ServeHTTP(w, r)
 		codes[w.Code]++
 	}
+	took := time.Since(start)
+	// Wall clock: the burst of 200, and one more only if a refill (one per
+	// 0.6 s on the free tier) came during the loop.
 	assert.GreaterOrEqual(t, codes[http.StatusOK], 200)
-	assert.LessOrEqual(t, codes[http.StatusOK], 201, "wall clock: at most one refill during the burst")
+	assert.LessOrEqual(t, codes[http.StatusOK], 200+min(1, int(took/(600*time.Millisecond))), "took %v", took)
 	r := httptest.NewRequest(http.MethodGet, "/platform/v1/limits", nil)
 	r.Header.Set("Authorization", "Bearer sk-stdlib")
 	w := httptest.NewRecorder()
