@@ -19,7 +19,7 @@ type Extractor func(*http.Request) (string, error)
 func Header(name string) Extractor {
 	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, error) {
-		v := cleanToken(r.Header.Get(name))
+		v := cleanToken(headerGet(r.Header, name))
 		if v == "" {
 			return "", ErrNoKey
 		}
@@ -35,7 +35,7 @@ func BearerToken() Extractor {
 }
 
 func bearerToken(r *http.Request) (string, error) {
-	if a := r.Header.Get("Authorization"); a != "" {
+	if a := headerGet(r.Header, "Authorization"); a != "" {
 		const p = "bearer "
 		if len(a) > len(p) && strings.EqualFold(a[:len(p)], p) {
 			if k := cleanToken(a[len(p):]); k != "" {
@@ -43,10 +43,19 @@ func bearerToken(r *http.Request) (string, error) {
 			}
 		}
 	}
-	if k := cleanToken(r.Header.Get("X-Api-Key")); k != "" {
+	if k := cleanToken(headerGet(r.Header, "X-Api-Key")); k != "" {
 		return k, nil
 	}
 	return "", ErrNoKey
+}
+
+// headerGet is http.Header.Get for a name already in canonical form: the
+// same first value, without Get's per-call canonicalization of the name.
+func headerGet(h http.Header, canonical string) string {
+	if v := h[canonical]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // cleanToken trims surrounding spaces and tabs and returns "" if what is left

@@ -87,7 +87,7 @@ func refusalMessage(a *admission, secs int64, docs string) string {
 // bytes of [A-Za-z0-9._:-]), else a new random one, so a header value can
 // never inject anything into the 429.
 func requestID(r *http.Request) string {
-	if id := r.Header.Get(HeaderRequestID); id != "" && len(id) <= 128 {
+	if id := headerGet(r.Header, HeaderRequestID); id != "" && len(id) <= 128 {
 		ok := true
 		for i := 0; i < len(id) && ok; i++ {
 			c := id[i]

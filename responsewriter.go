@@ -110,7 +110,7 @@ func (t *tracker) beginBody(code int) {
 	if t.head || code == http.StatusNoContent || code == http.StatusNotModified {
 		return
 	}
-	ct, ce := h.Get("Content-Type"), h.Get("Content-Encoding")
+	ct, ce := headerGet(h, "Content-Type"), headerGet(h, "Content-Encoding")
 	t.scan.reset(ct, ce)
 	t.filtering = t.inject && code == http.StatusOK && framingFor(ct) == frameSSE && ce == ""
 }
