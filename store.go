@@ -72,8 +72,11 @@ type Decision struct {
 	// Refused is the first bucket, in admission order, that had no room.
 	// Meaningful only when Allowed is false.
 	Refused Bucket
-	// RetryAfter is the exact time until the refused request would fit in
-	// every bucket, capped at MaxRetryAfter. Zero when Allowed.
+	// RetryAfter is the time until the refused request would fit in every
+	// bucket, capped at MaxRetryAfter. Zero when Allowed. The memory store
+	// gives it exactly; a store may round it up to whole seconds (the Redis
+	// store does), which is the precision of the Retry-After header the
+	// middleware sends (whole seconds, rounded up) either way.
 	RetryAfter time.Duration
 	// NeverFits is true when the request is larger than some bucket's whole
 	// capacity: it cannot be admitted however long it waits.

@@ -108,33 +108,47 @@ local function admit_one(kkey, wkey, now, a, o)
   local w = load(wkey, now, wrr, wtr)
   local k = w
   if not solo then k = load(kkey, now, krr, ktr) end
-  -- the four buckets in admission order: {entry, level index, need, rate}
-  local bs = {{k, 2, 1, krr}, {k, 4, n, ktr}, {w, 2, 1, wrr}, {w, 4, n, wtr}}
+  -- The four buckets in admission order: key requests, key tokens,
+  -- workspace requests, workspace tokens. Written out, not looped over a
+  -- table of tables: this is the hot path of every admission.
   local refused = -1
-  for i = 1, 4 do
-    local b = bs[i]
-    if b[1][b[2]] < b[3] then
-      refused = i - 1
-      break
-    end
+  if k[2] < 1 then
+    refused = 0
+  elseif k[4] < n then
+    refused = 1
+  elseif w[2] < 1 then
+    refused = 2
+  elseif w[4] < n then
+    refused = 3
   end
   if refused < 0 then
-    local last = 4
-    if solo then last = 2 end -- k and w are one entry: debit it once
-    for i = 1, last do
-      local b = bs[i]
-      b[1][b[2]] = b[1][b[2]] - b[3]
+    k[2] = k[2] - 1
+    k[4] = k[4] - n
+    if not solo then -- solo: k and w are one entry, debited once
+      w[2] = w[2] - 1
+      w[4] = w[4] - n
+      store(kkey, k, krr, ktr)
     end
-    if not solo then store(kkey, k, krr, ktr) end
     store(wkey, w, wrr, wtr)
     return {1, 0, 0, 0, k[2], k[4], w[2], w[4]}
   end
+  -- Refused: nothing is debited, but the entries are written back advanced
+  -- to now, so that the latest time seen is kept (a clock that then steps
+  -- back refills nothing), exactly as the memory store keeps it.
+  if not solo then store(kkey, k, krr, ktr) end
+  store(wkey, w, wrr, wtr)
   local retry, never = 0, 0
-  for i = 1, 4 do
-    local b = bs[i]
-    local s, nv = wait(b[1][b[2]], b[1][b[2] + 1], b[3], b[4], 2 * b[4])
-    if s > retry then retry = s end
-    if nv then never = 1 end
-  end
+  local s, nv = wait(k[2], k[3], 1, krr, 2 * krr)
+  if s > retry then retry = s end
+  if nv then never = 1 end
+  s, nv = wait(k[4], k[5], n, ktr, 2 * ktr)
+  if s > retry then retry = s end
+  if nv then never = 1 end
+  s, nv = wait(w[2], w[3], 1, wrr, 2 * wrr)
+  if s > retry then retry = s end
+  if nv then never = 1 end
+  s, nv = wait(w[4], w[5], n, wtr, 2 * wtr)
+  if s > retry then retry = s end
+  if nv then never = 1 end
   return {0, refused, retry, never, k[2], k[4], w[2], w[4]}
 end

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -352,4 +353,82 @@ func TestOptionsValidated(t *testing.T) {
 	}
 	_, err := redisstore.New(nil)
 	assert.Error(t, err)
+}
+
+// TestMatchesMemoryStore: random sequences of admissions and reconciles,
+// with random figures (changing mid-sequence), estimates, usage (absurd
+// too) and clock moves (backwards too), get exactly the same decisions
+// (allowed, refused bucket, Retry-After to the second, never-fits, the four
+// remaining levels) from Redis as from the memory store, solo and with a
+// separate workspace, unbatched and batched. Clock readings are whole
+// microseconds, the Redis scripts' unit. A failure names its seed and step.
+func TestMatchesMemoryStore(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			var now time.Time
+			clock := func() time.Time { return now }
+			opts := []redisstore.Option{redisstore.WithClock(clock)}
+			if batched {
+				opts = append(opts, redisstore.WithBatching(4))
+			}
+			rs := newStore(t, c, opts...)
+			ctx := context.Background()
+			steps := 0
+			for seed := uint64(1); seed <= 150; seed++ {
+				rng := rand.New(rand.NewPCG(seed, 7))
+				mem := llmrate.NewMemoryStore()
+				now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+				limits := func() llmrate.Limits {
+					return llmrate.Limits{RequestsPerMinute: 1 + rng.Int64N(20), TokensPerMinute: 1 + rng.Int64N(5000)}
+				}
+				solo := rng.IntN(2) == 0
+				key := fmt.Sprintf("sk-%d", seed)
+				ws := key
+				kl := limits()
+				wl := kl
+				if !solo {
+					ws = fmt.Sprintf("ws-%d", seed)
+					wl = limits()
+				}
+				for step := 0; step < 40; step++ {
+					steps++
+					switch r := rng.IntN(10); {
+					case r < 4: // time passes, by up to 90 s, to the microsecond
+						now = now.Add(time.Duration(rng.Int64N(90_000_000)) * time.Microsecond)
+					case r == 4: // a clock step backwards
+						now = now.Add(-time.Duration(rng.Int64N(5_000_000)) * time.Microsecond)
+					case r == 5: // a tier change: new figures, same buckets
+						kl = limits()
+						wl = kl
+						if !solo {
+							wl = limits()
+						}
+					}
+					est := 1 + rng.Int64N(3*kl.TokensPerMinute)
+					req := llmrate.AdmitRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Tokens: est, Solo: solo, Now: now}
+					want, err := mem.Admit(ctx, req)
+					require.NoError(t, err)
+					got, err := rs.Admit(ctx, req)
+					require.NoError(t, err)
+					// Redis reports Retry-After in whole seconds, rounded up:
+					// what the header carries.
+					want.RetryAfter = (want.RetryAfter + time.Second - 1).Truncate(time.Second)
+					require.Equal(t, want, got, "seed %d step %d: %+v", seed, step, req)
+					if !want.Allowed || rng.IntN(3) == 0 {
+						continue
+					}
+					actual := rng.Int64N(6 * kl.TokensPerMinute) // past the 2×capacity bound too
+					if rng.IntN(20) == 0 {
+						actual = 1 << 40
+					}
+					rec := llmrate.ReconcileRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Estimate: est, Actual: actual, Solo: solo, Now: now}
+					require.NoError(t, mem.Reconcile(ctx, rec))
+					require.NoError(t, rs.Reconcile(ctx, rec))
+				}
+			}
+			t.Logf("%d steps compared", steps)
+		})
+	}
 }
