@@ -215,6 +215,18 @@ func TestOneRoundTripPerAdmission(t *testing.T) {
 		}
 	}
 	assert.Equal(t, before["eval"], after["eval"], "scripts run by SHA once loaded")
+
+	// The server loses its scripts (SCRIPT FLUSH, as after a restart or a
+	// failover): the next call gets NOSCRIPT, falls back to EVAL, and the
+	// one after runs by SHA again.
+	require.NoError(t, c.ScriptFlush(context.Background()).Err())
+	require.Equal(t, http.StatusOK, send())
+	flushed := commandCalls(t, c)
+	assert.Equal(t, int64(2), flushed["eval"]-after["eval"], "admit and reconcile reloaded by EVAL")
+	require.Equal(t, http.StatusOK, send())
+	again := commandCalls(t, c)
+	assert.Equal(t, flushed["eval"], again["eval"], "then by SHA again")
+	assert.Equal(t, int64(2), again["evalsha"]-flushed["evalsha"])
 }
 
 // TestKeyNamesAndTTL: no raw key or workspace in Redis; hash tags; TTLs.
