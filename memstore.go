@@ -3,6 +3,7 @@ package llmrate
 import (
 	"context"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,14 +42,12 @@ const (
 type MemoryStore struct {
 	seed     maphash.Seed
 	perShard int
-	keys     [memShards]memShard[pairKey]
-	ws       [memShards]memShard[uint64]
+	keys     [memShards]memShard // key entries, by pair hash (pairHash)
+	ws       [memShards]memShard // workspace entries, by workspace hash
 	lossy    atomic.Int64
 	onEvict  func() // called (outside no lock) after a lossy eviction; may be nil
 	maxTotal int
 }
-
-type pairKey struct{ ws, key uint64 }
 
 // entry holds the two buckets of one key (within its workspace) or of one
 // workspace. last is the latest clock reading seen: refill is computed from
@@ -60,9 +59,9 @@ type entry struct {
 	seq  uint32 // shard access sequence at the last touch: the LRU order
 }
 
-type memShard[K comparable] struct {
+type memShard struct {
 	mu      sync.Mutex
-	m       map[K]*entry
+	m       map[uint64]*entry
 	sweepAt int
 	seq     uint32
 	_       [36]byte // keep shards on separate cache lines
@@ -93,7 +92,7 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	}
 	s.perShard = max(1, s.maxTotal/memShards) // never above MaxKeys (from 128 on)
 	for i := range s.keys {
-		s.keys[i].m = make(map[pairKey]*entry)
+		s.keys[i].m = make(map[uint64]*entry)
 		s.keys[i].sweepAt = minSweep
 		s.ws[i].m = make(map[uint64]*entry)
 		s.ws[i].sweepAt = minSweep
@@ -120,23 +119,34 @@ func (s *MemoryStore) Len() (keys, workspaces int) {
 	return keys, workspaces
 }
 
-func (s *MemoryStore) hashes(key, workspace string) (pairKey, uint64) {
-	wh := maphash.String(s.seed, workspace)
+// hashes returns the pair hash that indexes the key's entry within its
+// workspace, and the workspace hash.
+func (s *MemoryStore) hashes(key, workspace string) (pk, wh uint64) {
+	wh = maphash.String(s.seed, workspace)
 	kh := wh
 	if key != workspace {
 		kh = maphash.String(s.seed, key)
 	}
-	return pairKey{ws: wh, key: kh}, wh
+	return pairHash(kh, wh), wh
 }
 
-func (s *MemoryStore) shards(pk pairKey, wh uint64) (*memShard[pairKey], *memShard[uint64]) {
-	return &s.keys[(pk.key^pk.ws*0x9E3779B97F4A7C15)>>57&(memShards-1)], &s.ws[wh>>57&(memShards-1)]
+// pairHash combines a key hash and a workspace hash into one 64-bit index.
+// For a fixed workspace it is a bijection of the key hash (and the other way
+// round), so two pairs share an entry only when their seeded hashes collide
+// on 64 bits, as two workspaces do. A single word keeps the map on its fast
+// uint64 path and its slots at 8 bytes.
+func pairHash(kh, wh uint64) uint64 {
+	return kh ^ bits.RotateLeft64(wh*0x9E3779B97F4A7C15, 31)
+}
+
+func (s *MemoryStore) shards(pk, wh uint64) (*memShard, *memShard) {
+	return &s.keys[pk>>57&(memShards-1)], &s.ws[wh>>57&(memShards-1)]
 }
 
 // lock locks the key shard, then the workspace shard (always in that order,
 // so two admissions can never deadlock), and returns both entries, created
 // full if absent and advanced to now.
-func (s *MemoryStore) lock(key, workspace string, kl, wl Limits, now int64) (ks *memShard[pairKey], wsh *memShard[uint64], ke, we *entry, evicted int) {
+func (s *MemoryStore) lock(key, workspace string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, evicted int) {
 	pk, wh := s.hashes(key, workspace)
 	ks, wsh = s.shards(pk, wh)
 	ks.mu.Lock()
@@ -168,7 +178,7 @@ func (s *MemoryStore) noteEvictions(n int) {
 
 // solo returns the one entry of a Solo request (kept in the workspace map),
 // locked, created full if absent and advanced to now.
-func (s *MemoryStore) solo(workspace string, lim Limits, now int64) (*memShard[uint64], *entry, bool) {
+func (s *MemoryStore) solo(workspace string, lim Limits, now int64) (*memShard, *entry, bool) {
 	wh := maphash.String(s.seed, workspace)
 	sh := &s.ws[wh>>57&(memShards-1)]
 	sh.mu.Lock()
@@ -318,7 +328,7 @@ func newEntry(now int64, lim Limits) *entry {
 // first sweep the shard of entries that are already full again (lossless),
 // and, at the bound, drop the least recently used of a sample (lossy,
 // reported as evicted).
-func getEntry[K comparable](sh *memShard[K], bound int, k K, lim Limits, now int64) (e *entry, evicted bool) {
+func getEntry(sh *memShard, bound int, k uint64, lim Limits, now int64) (e *entry, evicted bool) {
 	sh.seq++
 	if e = sh.m[k]; e != nil {
 		e.seq = sh.seq
@@ -337,7 +347,7 @@ func getEntry[K comparable](sh *memShard[K], bound int, k K, lim Limits, now int
 		// At the bound: of a sample (map order is randomised), drop one
 		// that is already full (lossless) or else the least recently used
 		// by access sequence (lossy, reported).
-		var victim K
+		var victim uint64
 		var oldest uint32
 		n, full := 0, false
 		for key, old := range sh.m {
