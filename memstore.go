@@ -10,8 +10,10 @@ import (
 )
 
 // DefaultMaxKeys is the memory store's default bound on tracked entries, per
-// kind (key entries and workspace entries are bounded separately). At about
-// 150 bytes per key+workspace pair, the bound caps the store near 160 MB.
+// kind (key entries and workspace entries are bounded separately). An entry
+// costs about 86 bytes with its map slot (BENCHMARKS.md), so the bound caps
+// the store near 90 MB in the default configuration (one entry per key) and
+// near 180 MB with separate workspaces (two kinds at the bound).
 const DefaultMaxKeys = 1 << 20
 
 const (
