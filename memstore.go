@@ -4,16 +4,18 @@ import (
 	"context"
 	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // DefaultMaxKeys is the memory store's default bound on tracked entries, per
 // kind (key entries and workspace entries are bounded separately). An entry
-// costs about 86 bytes with its map slot (BENCHMARKS.md), so the bound caps
-// the store near 90 MB in the default configuration (one entry per key) and
-// near 180 MB with separate workspaces (two kinds at the bound).
+// costs about 73 bytes with its index (BENCHMARKS.md), so the bound caps
+// the store near 77 MB in the default configuration (one entry per key) and
+// near 154 MB with separate workspaces (two kinds at the bound).
 const DefaultMaxKeys = 1 << 20
 
 const (
@@ -55,6 +57,7 @@ type MemoryStore struct {
 // workspace. last is the latest clock reading seen: refill is computed from
 // it and a clock that moves backwards refills nothing.
 type entry struct {
+	h    uint64 // the entry's hash in its table; 0 once deleted
 	last int64
 	req  bucket
 	tok  bucket
@@ -62,11 +65,15 @@ type entry struct {
 }
 
 type memShard struct {
+	shardState
+	_ [64 - unsafe.Sizeof(shardState{})%64]byte // keep shards on separate cache lines
+}
+
+type shardState struct {
 	mu      sync.Mutex
-	m       map[uint64]*entry
+	t       entryTable
 	sweepAt int
 	seq     uint32
-	_       [36]byte // keep shards on separate cache lines
 }
 
 // MemoryOption configures a MemoryStore.
@@ -75,7 +82,7 @@ type MemoryOption func(*MemoryStore)
 // MaxKeys bounds the number of key entries, and separately of workspace
 // entries, the store tracks. n <= 0 means DefaultMaxKeys. The bound is
 // split evenly over the store's 128 shards (rounded down, at least one entry
-// per shard).
+// and at most 16,777,214 per shard: about 2.1 billion in all).
 func MaxKeys(n int) MemoryOption {
 	return func(s *MemoryStore) {
 		if n > 0 {
@@ -92,11 +99,10 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 			o(s)
 		}
 	}
-	s.perShard = max(1, s.maxTotal/memShards) // never above MaxKeys (from 128 on)
+	// Never above MaxKeys (from 128 on), nor above what a table holds.
+	s.perShard = min(max(1, s.maxTotal/memShards), maxTableEntries)
 	for i := range s.keys {
-		s.keys[i].m = make(map[uint64]*entry)
 		s.keys[i].sweepAt = minSweep
-		s.ws[i].m = make(map[uint64]*entry)
 		s.ws[i].sweepAt = minSweep
 	}
 	return s
@@ -112,10 +118,10 @@ func (s *MemoryStore) Evictions() int64 { return s.lossy.Load() }
 func (s *MemoryStore) Len() (keys, workspaces int) {
 	for i := range s.keys {
 		s.keys[i].mu.Lock()
-		keys += len(s.keys[i].m)
+		keys += s.keys[i].t.n
 		s.keys[i].mu.Unlock()
 		s.ws[i].mu.Lock()
-		workspaces += len(s.ws[i].m)
+		workspaces += s.ws[i].t.n
 		s.ws[i].mu.Unlock()
 	}
 	return keys, workspaces
@@ -318,12 +324,11 @@ func (e *entry) idleFull(now int64) bool {
 	return idle >= debtIdle
 }
 
-func newEntry(now int64, lim Limits) *entry {
-	return &entry{
-		last: now,
-		req:  bucket{level: 2 * lim.RequestsPerMinute},
-		tok:  bucket{level: 2 * lim.TokensPerMinute},
-	}
+// fill makes e full as of now under lim.
+func (e *entry) fill(now int64, lim Limits) {
+	e.last = now
+	e.req = bucket{level: 2 * lim.RequestsPerMinute}
+	e.tok = bucket{level: 2 * lim.TokensPerMinute}
 }
 
 // getEntry returns the entry for k, creating it full if absent. Creating may
@@ -332,44 +337,44 @@ func newEntry(now int64, lim Limits) *entry {
 // reported as evicted).
 func getEntry(sh *memShard, bound int, k uint64, lim Limits, now int64) (e *entry, evicted bool) {
 	sh.seq++
-	if e = sh.m[k]; e != nil {
+	if e = sh.t.get(k); e != nil {
 		e.seq = sh.seq
 		return e, false
 	}
-	if len(sh.m) >= sh.sweepAt {
+	if sh.t.n >= sh.sweepAt {
 		// Amortised: drop every entry that time alone has refilled.
-		for key, old := range sh.m {
+		sh.t.each(0, func(old *entry) bool {
 			if old.idleFull(now) {
-				delete(sh.m, key)
+				sh.t.delete(old)
 			}
-		}
-		sh.sweepAt = max(minSweep, 2*len(sh.m))
+			return true
+		})
+		sh.sweepAt = max(minSweep, 2*sh.t.n)
 	}
-	if len(sh.m) >= bound {
-		// At the bound: of a sample (map order is randomised), drop one
-		// that is already full (lossless) or else the least recently used
-		// by access sequence (lossy, reported).
-		var victim uint64
+	if sh.t.n >= bound {
+		// At the bound: of a sample (eight entries from a random place),
+		// drop one that is already full (lossless) or else the least
+		// recently used by access sequence (lossy, reported).
+		var victim *entry
 		var oldest uint32
 		n, full := 0, false
-		for key, old := range sh.m {
+		sh.t.each(rand.Uint32(), func(old *entry) bool {
 			if old.idleFull(now) {
-				victim, full = key, true
-				break
+				victim, full = old, true
+				return false
 			}
 			if age := sh.seq - old.seq; n == 0 || age > oldest {
-				victim, oldest = key, age
+				victim, oldest = old, age
 			}
-			if n++; n == 8 {
-				break
-			}
-		}
-		delete(sh.m, victim)
+			n++
+			return n < 8
+		})
+		sh.t.delete(victim)
 		evicted = !full
 	}
-	e = newEntry(now, lim)
+	e = sh.t.insert(k)
+	e.fill(now, lim)
 	e.seq = sh.seq
-	sh.m[k] = e
 	return e, evicted
 }
 
@@ -382,11 +387,11 @@ func (s *MemoryStore) Levels(key, workspace string, kl, wl Limits, now time.Time
 	ks, wsh := s.shards(pk, wh)
 	n := now.UnixNano()
 	ks.mu.Lock()
-	kp := ks.m[pk]
+	kp := ks.t.get(pk)
 	ke := peek(kp, n, kl)
 	ks.mu.Unlock()
 	wsh.mu.Lock()
-	we := peek(wsh.m[wh], n, wl)
+	we := peek(wsh.t.get(wh), n, wl)
 	wsh.mu.Unlock()
 	if kp == nil && key == workspace {
 		ke = we // a Solo key's buckets are kept once, as its workspace's
@@ -395,10 +400,12 @@ func (s *MemoryStore) Levels(key, workspace string, kl, wl Limits, now time.Time
 }
 
 func peek(e *entry, now int64, lim Limits) entry {
+	var c entry
 	if e == nil {
-		return *newEntry(now, lim)
+		c.fill(now, lim)
+		return c
 	}
-	c := *e
+	c = *e
 	c.advance(now, lim)
 	return c
 }
