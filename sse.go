@@ -18,6 +18,12 @@ const (
 // framingFor chooses the framing from a Content-Type (case-insensitive,
 // parameters ignored).
 func framingFor(contentType string) uint8 {
+	switch contentType { // the common exact spellings, without parsing
+	case "application/json":
+		return frameJSON
+	case "text/event-stream":
+		return frameSSE
+	}
 	mt := contentType
 	if i := strings.IndexByte(mt, ';'); i >= 0 {
 		mt = mt[:i]
