@@ -210,3 +210,43 @@ func TestRandomSplitsGzip(t *testing.T) {
 		assert.Equal(t, llmrate.Usage{InputTokens: 412, OutputTokens: 96}, u)
 	}
 }
+
+// TestNoUsageCarriedOver: trackers are pooled, so a response with no body
+// (the handler writes nothing, a HEAD, a 204) right after one that reported
+// usage must reconcile on its own estimate, never on the previous report.
+func TestNoUsageCarriedOver(t *testing.T) {
+	obs := &recorder{}
+	usage := usageHandler(30, 70)
+	bodyless := map[string]http.Handler{
+		"nothing written": http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}),
+		"HEAD":            usage,
+		"204":             http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }),
+	}
+	for name, next := range bodyless {
+		t.Run(name, func(t *testing.T) {
+			l, err := llmrate.New(llmrate.WithObserver(obs))
+			require.NoError(t, err)
+			withUsage, without := l.Middleware(usage), l.Middleware(next)
+			for range 20 { // sync.Pool may drop some trackers, not all of them
+				r := httptest.NewRequest(http.MethodPost, "/", nil)
+				r.Header.Set("Authorization", "Bearer sk-pool")
+				r.ContentLength = 400
+				withUsage.ServeHTTP(httptest.NewRecorder(), r)
+				ev, _ := obs.lastReconcile()
+				require.Equal(t, llmrate.ReconcileUsage, ev.Kind)
+				require.Equal(t, int64(100), ev.Actual)
+
+				r = httptest.NewRequest(http.MethodPost, "/", nil)
+				if name == "HEAD" {
+					r.Method = http.MethodHead
+				}
+				r.Header.Set("Authorization", "Bearer sk-pool")
+				r.ContentLength = 40
+				without.ServeHTTP(httptest.NewRecorder(), r)
+				ev, _ = obs.lastReconcile()
+				require.Equal(t, llmrate.ReconcileEstimated, ev.Kind, "no usage from the previous response")
+				require.Equal(t, int64(10), ev.Actual)
+			}
+		})
+	}
+}
