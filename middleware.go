@@ -250,8 +250,8 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		l.trackers.Put(t)
 	}()
 	t.endBody()
-	u, found := t.scan.Finish()
-	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || t.scan.PendingEvent()
+	u, found, pending, seen := t.scanned()
+	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || pending
 	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: a.est, Cut: cut}
 	switch {
 	case found && !cut:
@@ -261,7 +261,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	default:
 		ev.Kind = ReconcileEstimated
 		if cut {
-			ev.Actual = satAdd(a.est, t.scan.Bytes()/4)
+			ev.Actual = satAdd(a.est, seen/4)
 		}
 	}
 	if ev.Actual != a.est {

@@ -87,7 +87,6 @@ func (t *tracker) start(w http.ResponseWriter, r *http.Request, a *admission) {
 	t.w = w
 	t.head = r.Method == http.MethodHead
 	t.headerDone, t.writeErr, t.hijacked, t.inject, t.filtering = false, false, false, false, false
-	t.scan.reset("", "")
 	t.wrapped = httpsnoop.Wrap(w, t.hooks)
 }
 
@@ -99,20 +98,32 @@ func (t *tracker) release() {
 	t.tee.src = nil
 }
 
-// beginBody runs once, when the final status is known: it picks the body
-// framing from the response headers and writes the rate-limit headers.
+// beginBody runs once, when the final status is known: it writes the
+// rate-limit headers and readies the scanner for this response's body (the
+// one place it is reset: a response that never gets here is not scanned).
 func (t *tracker) beginBody(code int) {
 	t.headerDone = true
 	h := t.w.Header()
 	if t.l.cfg.headers != HeadersNone {
 		t.l.setRateLimitHeaders(h, &t.a)
 	}
-	if t.head || code == http.StatusNoContent || code == http.StatusNotModified {
-		return
+	var ct, ce string // no body: nothing to scan
+	if !t.head && code != http.StatusNoContent && code != http.StatusNotModified {
+		ct, ce = headerGet(h, "Content-Type"), headerGet(h, "Content-Encoding")
 	}
-	ct, ce := headerGet(h, "Content-Type"), headerGet(h, "Content-Encoding")
 	t.scan.reset(ct, ce)
-	t.filtering = t.inject && code == http.StatusOK && framingFor(ct) == frameSSE && ce == ""
+	t.filtering = t.inject && code == http.StatusOK && ce == "" && t.scan.frame == frameSSE
+}
+
+// scanned returns the usage the response reported, whether it stopped in
+// the middle of an SSE event, and the body bytes seen; a response whose
+// body never began reported nothing.
+func (t *tracker) scanned() (u Usage, found, pending bool, n int64) {
+	if !t.headerDone {
+		return Usage{}, false, false, 0
+	}
+	u, found = t.scan.Finish()
+	return u, found, t.scan.PendingEvent(), t.scan.Bytes()
 }
 
 func (t *tracker) writeHeader(code int) {
