@@ -163,10 +163,8 @@ func (s *Store) runBatch(batch []*pending) {
 	args := make([]any, 0, 1+6*len(batch))
 	args = append(args, s.nowArg())
 	for _, p := range batch {
-		r := p.r
 		keys = append(keys, p.k, p.w)
-		args = append(args, r.Tokens, r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
-			r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo))
+		args = appendAdmitArgs(args, p.r)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()

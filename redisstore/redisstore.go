@@ -235,9 +235,7 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	k, w := s.Keys(r.Key, r.Workspace)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	res, err := admitScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), r.Tokens,
-		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
-		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo)).Int64Slice()
+	res, err := admitScript.Run(ctx, s.c, []string{k, w}, appendAdmitArgs([]any{s.nowArg()}, r)...).Int64Slice()
 	if err == nil && len(res) != 8 {
 		err = fmt.Errorf("admit script returned %d values", len(res))
 	}
@@ -273,6 +271,14 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 	}
 	s.succeeded()
 	return nil
+}
+
+// appendAdmitArgs appends one admission's arguments in the order admit_one
+// (bucket.lua) reads them: tokens, key rpm, key tpm, workspace rpm,
+// workspace tpm, solo.
+func appendAdmitArgs(args []any, r llmrate.AdmitRequest) []any {
+	return append(args, r.Tokens, r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
+		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo))
 }
 
 func soloArg(solo bool) string {
