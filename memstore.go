@@ -148,8 +148,12 @@ func pairHash(kh, wh uint64) uint64 {
 }
 
 func (s *MemoryStore) shards(pk, wh uint64) (*memShard, *memShard) {
-	return &s.keys[pk>>57&(memShards-1)], &s.ws[wh>>57&(memShards-1)]
+	return &s.keys[shardIndex(pk)], &s.ws[shardIndex(wh)]
 }
+
+// shardIndex picks a shard by a hash's top bits (the low bits place the
+// entry within the shard's table).
+func shardIndex(h uint64) uint64 { return h >> 57 & (memShards - 1) }
 
 // lock locks the key shard, then the workspace shard (always in that order,
 // so two admissions can never deadlock), and returns both entries, created
@@ -188,7 +192,7 @@ func (s *MemoryStore) noteEvictions(n int) {
 // locked, created full if absent and advanced to now.
 func (s *MemoryStore) solo(workspace string, lim Limits, now int64) (*memShard, *entry, bool) {
 	wh := maphash.String(s.seed, workspace)
-	sh := &s.ws[wh>>57&(memShards-1)]
+	sh := &s.ws[shardIndex(wh)]
 	sh.mu.Lock()
 	e, ev := getEntry(sh, s.perShard, wh, lim, now)
 	e.advance(now, lim)
