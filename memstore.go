@@ -19,7 +19,7 @@ import (
 const DefaultMaxKeys = 1 << 20
 
 const (
-	memShards = 128 // power of two
+	memShards = 128 // a power of two, at most 128: shardIndex uses the top 7 bits
 	minSweep  = 64  // a shard smaller than this is never swept
 	// An idle entry is certainly full (and dropped without loss) after
 	// fullIdle when neither bucket is in debt: capacity is 2 minutes of
