@@ -286,6 +286,14 @@ func (f *decodeFeed) start() {
 // the coding's reader and pushes decoded bytes to the sink.
 func (f *decodeFeed) run() {
 	defer close(f.done)
+	// A panic here (a decoder library's bug on hostile input, or the
+	// sink's) would otherwise end the whole process: it ends this body's
+	// decoding instead, reported like a corrupt body.
+	defer func() {
+		if v := recover(); v != nil {
+			f.err = &DecodeError{Coding: f.header, Reason: DecodeCorrupt, Err: fmt.Errorf("decoder panic: %v", v)}
+		}
+	}()
 	src := &lentReader{in: f.in, ack: f.ack}
 	r, cleanup, err := f.open(src)
 	if err == nil {

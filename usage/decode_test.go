@@ -142,13 +142,12 @@ func TestDecodeFeedFixturesEveryEncoding(t *testing.T) {
 		}
 		t.Run(e.name, func(t *testing.T) {
 			for name, body := range fixtures {
+				if len(body) > 1<<20 {
+					continue // TestDecodeFeedLargeFixture
+				}
 				enc := encodeAll(t, e.enc, body)
 				cuts := [][][]byte{{enc}, splits(rng, enc, 64), splits(rng, enc, 7)}
-				if len(enc) > 64<<10 {
-					// the 5 MB stream: keep the write count low
-					cuts = [][][]byte{splits(rng, enc, 16<<10)}
-				}
-				if len(enc) <= 8<<10 {
+				if len(enc) <= 2<<10 {
 					cuts = append(cuts, splits(rng, enc, 1))
 				}
 				for i, pieces := range cuts {
@@ -158,6 +157,34 @@ func TestDecodeFeedFixturesEveryEncoding(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecodeFeedLargeFixture decodes the 5 MB stream in every coding,
+// encoded at the encoders' fastest settings (the test is about a long
+// stream through the feed, not about compression ratios).
+func TestDecodeFeedLargeFixture(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	body, err := os.ReadFile(filepath.Join("..", "testdata", "usage", "large-openai-chat-stream-5mb.sse"))
+	require.NoError(t, err)
+	fast := []struct {
+		header string
+		enc    func(io.Writer) io.WriteCloser
+	}{
+		{"gzip", func(w io.Writer) io.WriteCloser { zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed); return zw }},
+		{"deflate", func(w io.Writer) io.WriteCloser { fw, _ := flate.NewWriter(w, flate.BestSpeed); return fw }},
+		{"br", func(w io.Writer) io.WriteCloser { return brotli.NewWriterLevel(w, brotli.BestSpeed) }},
+		{"zstd", func(w io.Writer) io.WriteCloser {
+			zw, _ := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+			return zw
+		}},
+	}
+	rng := rand.New(rand.NewPCG(56, 78))
+	for _, e := range fast {
+		enc := encodeAll(t, e.enc, body)
+		got, err := decodeThrough(t, e.header, splits(rng, enc, 32<<10))
+		require.NoError(t, err, e.header)
+		require.True(t, bytes.Equal(body, got), "%s: decoded %d bytes, want %d", e.header, len(got), len(body))
 	}
 }
 
@@ -491,13 +518,21 @@ func TestDecodeFeedBombStopsAtLimitInBoundedMemory(t *testing.T) {
 		t.Logf("%s: %d compressed bytes, %d decoded, %d bytes allocated", b.name, len(b.enc), sink.n, alloc)
 	}
 
-	// brotli and the deflate flavours with a lowered cap, so the bomb can
-	// be made with the real encoders in a few milliseconds.
+	// Every encoder's own bomb, with a lowered cap so that it can be made
+	// with the real encoders in a few milliseconds.
 	zeros := make([]byte, 1<<20)
-	for _, e := range encodings {
+	bombers := append(encodings[:len(encodings):len(encodings)], struct {
+		name   string
+		header string
+		coding coding
+		enc    func(w io.Writer) io.WriteCloser
+	}{"br, 16 MiB window", "br", codingBrotli, func(w io.Writer) io.WriteCloser {
+		return brotli.NewWriterOptions(w, brotli.WriterOptions{Quality: 1, LGWin: 24})
+	}})
+	for _, e := range bombers {
 		var buf bytes.Buffer
 		w := e.enc(&buf)
-		for range 16 {
+		for range 4 {
 			_, err := w.Write(zeros)
 			require.NoError(t, err)
 		}
@@ -507,15 +542,16 @@ func TestDecodeFeedBombStopsAtLimitInBoundedMemory(t *testing.T) {
 		alloc := allocatedDuring(func() {
 			f, ferr := newDecodeFeed(e.header, sink.write)
 			require.NoError(t, ferr)
-			f.limit = 4 << 20
+			f.limit = 1 << 20
 			f.write(buf.Bytes())
 			err = f.close()
 		})
 		var de *DecodeError
 		require.ErrorAs(t, err, &de, e.name)
 		assert.Equal(t, DecodeLimit, de.Reason, e.name)
-		assert.Equal(t, int64(4<<20), sink.n, e.name)
+		assert.Equal(t, int64(1<<20), sink.n, e.name)
 		assert.LessOrEqual(t, alloc, memBound(e.coding), "%s: allocated %d bytes", e.name, alloc)
+		t.Logf("%s: 4 MiB of zeros in %d bytes, %d decoded, %d bytes allocated", e.name, buf.Len(), sink.n, alloc)
 	}
 }
 
@@ -593,4 +629,17 @@ func TestDecodeFeedFailedIsExactBetweenWrites(t *testing.T) {
 		var de *DecodeError
 		require.ErrorAs(t, f.close(), &de, e.name)
 	}
+}
+
+func TestDecodeFeedPanicEndsOnlyThisBody(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	enc := encodeAll(t, encodings[0].enc, []byte("data: {}\n\n"))
+	f, err := newDecodeFeed("gzip", func([]byte) { panic("sink bug") })
+	require.NoError(t, err)
+	f.write(enc)
+	f.write(enc) // dropped: decoding has ended
+	var de *DecodeError
+	require.ErrorAs(t, f.close(), &de)
+	assert.Equal(t, DecodeCorrupt, de.Reason)
+	assert.Contains(t, de.Error(), "decoder panic: sink bug")
 }
