@@ -23,10 +23,10 @@ import (
 )
 
 // The memory each coding may allocate while decoding one body, as the
-// comment at the top of decode.go states it, plus slack for the test's own
-// bookkeeping (the sink, the feed, channels).
+// comment at the top of decode.go states it (the feed, its channels and
+// the test's sink included).
 const (
-	deflateMemBound = 256 << 10
+	deflateMemBound = 128 << 10
 	brotliMemBound  = 16<<20 + 512<<10
 	zstdMemBound    = maxZstdWindow + 1<<20
 )
@@ -411,6 +411,37 @@ func TestDecodeFeedZstdWindow(t *testing.T) {
 		assert.Empty(t, got, "window 2^%d", tc.windowLog)
 	}
 
+	// A single-segment frame has no window descriptor: its window is its
+	// content size (RFC 8878 §3.1.1.1.2), so one above 8 MiB is refused
+	// too, before anything is allocated for it.
+	for _, tc := range []struct {
+		size uint32
+		ok   bool
+	}{{1000, true}, {8 << 20, true}, {8<<20 + 1, false}, {1 << 30, false}} {
+		frame := binary.LittleEndian.AppendUint32(nil, 0xFD2FB528)
+		frame = append(frame, 0xA0) // Single_Segment_flag, 4-byte Frame_Content_Size
+		frame = binary.LittleEndian.AppendUint32(frame, tc.size)
+		for left := int(tc.size); left > 0; {
+			n := min(left, 128<<10)
+			left -= n
+			frame = append(frame, zstdRLEBlock('y', n, left == 0)...)
+		}
+		var sink countingSink
+		f, err := newDecodeFeed("zstd", sink.write)
+		require.NoError(t, err)
+		f.write(frame)
+		err = f.close()
+		if tc.ok {
+			require.NoError(t, err, "single segment of %d bytes", tc.size)
+			assert.Equal(t, int64(tc.size), sink.n)
+			continue
+		}
+		var de *DecodeError
+		require.ErrorAs(t, err, &de, "single segment of %d bytes", tc.size)
+		assert.Equal(t, DecodeWindowTooLarge, de.Reason, "single segment of %d bytes: %v", tc.size, err)
+		assert.Zero(t, sink.n)
+	}
+
 	// The library's own encoder streaming with a 16 MiB window: a flush
 	// before the end makes it write the window into the frame header
 	// rather than a single-segment frame sized to the content.
@@ -502,10 +533,11 @@ func TestDecodeFeedBombStopsAtLimitInBoundedMemory(t *testing.T) {
 		require.Less(t, len(b.enc), 2<<20, b.name)
 		var sink countingSink
 		var err error
+		pieces := splits(rand.New(rand.NewPCG(1, 2)), b.enc, 64<<10)
 		alloc := allocatedDuring(func() {
 			f, ferr := newDecodeFeed(b.header, sink.write)
 			require.NoError(t, ferr)
-			for _, p := range splits(rand.New(rand.NewPCG(1, 2)), b.enc, 64<<10) {
+			for _, p := range pieces {
 				f.write(p)
 			}
 			err = f.close()
@@ -584,14 +616,14 @@ func FuzzDecodeFeed(f *testing.F) {
 		const limit = 1 << 20
 		var sink countingSink
 		var err error
+		pieces := splits(rand.New(rand.NewPCG(seed, seed>>1)), data, 1+int(seed%512))
 		alloc := allocatedDuring(func() {
 			fd, ferr := newDecodeFeed(e.header, sink.write)
 			if ferr != nil {
 				t.Fatal(ferr)
 			}
 			fd.limit = limit
-			rng := rand.New(rand.NewPCG(seed, seed>>1))
-			for _, p := range splits(rng, data, 1+int(seed%512)) {
+			for _, p := range pieces {
 				fd.write(p)
 			}
 			err = fd.close()
