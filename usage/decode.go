@@ -22,8 +22,10 @@ import (
 // here, and released when the feed is closed (the tests measure it, a
 // decompression bomb included):
 //
-//	gzip, x-gzip, deflate  under 128 KiB: the 32 KiB window, Huffman tables,
-//	                       a 4 KiB input buffer and the 32 KiB output buffer
+//	gzip, x-gzip, deflate  under 192 KiB: the 32 KiB window, Huffman tables,
+//	                       a 4 KiB input buffer, the 32 KiB output buffer and,
+//	                       while a gzip member's header is read, its extra
+//	                       field (at most 64 KiB)
 //	br                     the stream's window, at most 16 MiB (RFC 7932;
 //	                       large windows are not enabled), grown as the
 //	                       output needs it, + under 512 KiB
