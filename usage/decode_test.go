@@ -146,7 +146,7 @@ func TestDecodeFeedFixturesEveryEncoding(t *testing.T) {
 					continue // TestDecodeFeedLargeFixture
 				}
 				enc := encodeAll(t, e.enc, body)
-				cuts := [][][]byte{{enc}, splits(rng, enc, 64), splits(rng, enc, 7)}
+				cuts := [][][]byte{{enc}, splits(rng, enc, 7)}
 				if len(enc) <= 2<<10 {
 					cuts = append(cuts, splits(rng, enc, 1))
 				}
@@ -160,9 +160,10 @@ func TestDecodeFeedFixturesEveryEncoding(t *testing.T) {
 	}
 }
 
-// TestDecodeFeedLargeFixture decodes the 5 MB stream in every coding,
-// encoded at the encoders' fastest settings (the test is about a long
-// stream through the feed, not about compression ratios).
+// TestDecodeFeedLargeFixture decodes the 5 MB stream as deflate (the
+// decoder gzip shares), br and zstd, encoded at the encoders' fastest
+// settings: the test is about a long stream through the feed, not about
+// compression ratios.
 func TestDecodeFeedLargeFixture(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	body, err := os.ReadFile(filepath.Join("..", "testdata", "usage", "large-openai-chat-stream-5mb.sse"))
@@ -171,7 +172,6 @@ func TestDecodeFeedLargeFixture(t *testing.T) {
 		header string
 		enc    func(io.Writer) io.WriteCloser
 	}{
-		{"gzip", func(w io.Writer) io.WriteCloser { zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed); return zw }},
 		{"deflate", func(w io.Writer) io.WriteCloser { fw, _ := flate.NewWriter(w, flate.BestSpeed); return fw }},
 		{"br", func(w io.Writer) io.WriteCloser { return brotli.NewWriterLevel(w, brotli.BestSpeed) }},
 		{"zstd", func(w io.Writer) io.WriteCloser {
