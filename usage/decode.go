@@ -177,12 +177,16 @@ func parseCoding(contentEncoding string) (coding, error) {
 }
 
 // decodeFeed decodes one body pushed to it in writes and hands the decoded
-// bytes to its sink. Writes, close and the state the sink builds follow a
-// strict hand-off: when write or close returns, the decoder goroutine is
-// parked waiting for input (or gone), and has made every sink call it will
-// make for the bytes written so far. So the sink's state may be read
-// between writes without further locking, and the sink never runs
-// concurrently with the feed's caller.
+// bytes to its sink, from a goroutine of its own (the decoders are pull
+// readers). Writes, close and the sink follow a strict hand-off: when
+// write or close returns, the goroutine is parked waiting for input (or
+// gone), and the sink has been handed everything the decoder released
+// before asking for that input. (A decoder may hold back output it has not
+// finished, e.g. inside a deflate block; the encoder's flush points
+// release it, so a flushed event is scanned when the write carrying the
+// flush returns.) So the sink never runs concurrently with the feed's
+// caller, and the state it builds may be read between writes without
+// locking.
 //
 // A feed is used by one goroutine at a time. The zero value is not usable;
 // see newDecodeFeed.
