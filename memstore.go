@@ -128,14 +128,36 @@ func (s *MemoryStore) Len() (keys, workspaces int) {
 }
 
 // hashes returns the pair hash that indexes the key's entry within its
-// workspace, and the workspace hash.
-func (s *MemoryStore) hashes(key, workspace string) (pk, wh uint64) {
-	wh = maphash.String(s.seed, workspace)
-	kh := wh
+// workspace, and the workspace hash, both for the buckets of model (a
+// ModelLimits entry; "" for the default buckets).
+func (s *MemoryStore) hashes(key, workspace, model string) (pk, wh uint64) {
+	w0 := maphash.String(s.seed, workspace)
+	kh := w0
 	if key != workspace {
 		kh = maphash.String(s.seed, key)
 	}
+	wh = s.withModel(w0, model)
 	return pairHash(kh, wh), wh
+}
+
+// workspaceHash indexes the workspace's buckets of model ("" for the
+// default buckets).
+func (s *MemoryStore) workspaceHash(workspace, model string) uint64 {
+	return s.withModel(maphash.String(s.seed, workspace), model)
+}
+
+// withModel turns a workspace hash into the hash of that workspace's
+// buckets of model: the default buckets ("") keep the workspace's own hash,
+// a model entry's combine it with the entry's. For a fixed model the
+// combination is a bijection of the workspace hash, so two (workspace,
+// model) pairs share an entry only when seeded 64-bit hashes collide, as two
+// workspaces do. A key's entries follow: they are indexed by the pair hash
+// of the key and this hash.
+func (s *MemoryStore) withModel(wh uint64, model string) uint64 {
+	if model == "" {
+		return wh
+	}
+	return wh ^ bits.RotateLeft64(maphash.String(s.seed, model)*0xC2B2AE3D27D4EB4F, 23)
 }
 
 // pairHash combines a key hash and a workspace hash into one 64-bit index.
@@ -158,8 +180,8 @@ func shardIndex(h uint64) uint64 { return h >> 57 & (memShards - 1) }
 // lock locks the key shard, then the workspace shard (always in that order,
 // so two admissions can never deadlock), and returns both entries, created
 // full if absent and advanced to now.
-func (s *MemoryStore) lock(key, workspace string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, evicted int) {
-	pk, wh := s.hashes(key, workspace)
+func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, evicted int) {
+	pk, wh := s.hashes(key, workspace, model)
 	ks, wsh = s.shards(pk, wh)
 	ks.mu.Lock()
 	wsh.mu.Lock()
@@ -190,8 +212,8 @@ func (s *MemoryStore) noteEvictions(n int) {
 
 // solo returns the one entry of a Solo request (kept in the workspace map),
 // locked, created full if absent and advanced to now.
-func (s *MemoryStore) solo(workspace string, lim Limits, now int64) (*memShard, *entry, bool) {
-	wh := maphash.String(s.seed, workspace)
+func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (*memShard, *entry, bool) {
+	wh := s.workspaceHash(workspace, model)
 	sh := &s.ws[shardIndex(wh)]
 	sh.mu.Lock()
 	e, ev := getEntry(sh, s.perShard, wh, lim, now)
@@ -203,7 +225,7 @@ func (s *MemoryStore) solo(workspace string, lim Limits, now int64) (*memShard, 
 func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error) {
 	now := r.Now.UnixNano()
 	if r.Solo {
-		sh, e, ev := s.solo(r.Workspace, r.WorkspaceLimits, now)
+		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
 		d := decideSolo(e, r.WorkspaceLimits, r.Tokens)
 		sh.mu.Unlock()
 		if ev {
@@ -211,7 +233,7 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 		}
 		return d, nil
 	}
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.KeyLimits, r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
@@ -223,7 +245,7 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 	now := r.Now.UnixNano()
 	if r.Solo {
-		sh, e, ev := s.solo(r.Workspace, r.WorkspaceLimits, now)
+		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
 		c := 2 * r.WorkspaceLimits.TokensPerMinute
 		e.tok.adjust(boundActual(r.Actual, c)-r.Estimate, c)
 		sh.mu.Unlock()
@@ -232,7 +254,7 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 		}
 		return nil
 	}
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.KeyLimits, r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	kc, wc := 2*r.KeyLimits.TokensPerMinute, 2*r.WorkspaceLimits.TokensPerMinute
 	ke.tok.adjust(boundActual(r.Actual, kc)-r.Estimate, kc)
 	we.tok.adjust(boundActual(r.Actual, wc)-r.Estimate, wc)
@@ -382,12 +404,21 @@ func getEntry(sh *memShard, bound int, k uint64, lim Limits, now int64) (e *entr
 	return e, evicted
 }
 
-// Levels returns the whole-unit level of the four buckets of (key,
+// Levels returns the whole-unit level of the four default buckets of (key,
 // workspace) as of now under the given figures, indexed by Bucket, without
 // changing anything. Buckets not tracked are full; a Solo key (its own
 // workspace) reports its one set of buckets for both scopes.
+//
+// Levels is shorthand for ModelLevels(key, workspace, "", kl, wl, now).
 func (s *MemoryStore) Levels(key, workspace string, kl, wl Limits, now time.Time) [4]int64 {
-	pk, wh := s.hashes(key, workspace)
+	return s.ModelLevels(key, workspace, "", kl, wl, now)
+}
+
+// ModelLevels is Levels for the buckets of a ModelLimits entry (model is
+// the entry's name as configured, e.g. "gpt-4o*"; "" for the default
+// buckets).
+func (s *MemoryStore) ModelLevels(key, workspace, model string, kl, wl Limits, now time.Time) [4]int64 {
+	pk, wh := s.hashes(key, workspace, model)
 	ks, wsh := s.shards(pk, wh)
 	n := now.UnixNano()
 	ks.mu.Lock()

@@ -47,6 +47,13 @@ type AdmitRequest struct {
 	// Redis store a keyed hash).
 	Key       string
 	Workspace string
+	// Model names the set of buckets the request spends: "" for the key's
+	// and workspace's default buckets, else the name of a ModelLimits entry
+	// as configured (e.g. "gpt-4o" or "gpt-4o*"; every model one prefix
+	// entry matches shares its buckets). A store must keep each Model's
+	// buckets apart from every other Model's, per key and per workspace,
+	// exactly as it keeps keys and workspaces apart: see Store.
+	Model string
 	// KeyLimits and WorkspaceLimits are the figures in force now. A store
 	// keeps levels, not figures: a change clamps the level to the new
 	// capacity, with no reset and no free refill.
@@ -92,6 +99,7 @@ type Decision struct {
 type ReconcileRequest struct {
 	Key             string
 	Workspace       string
+	Model           string // as in AdmitRequest: the buckets admission debited
 	KeyLimits       Limits
 	WorkspaceLimits Limits
 	// Estimate is what admission debited.
@@ -114,6 +122,16 @@ const MaxRetryAfter = 60 * time.Second
 // Admit checks and debits all four buckets atomically, all or nothing: a
 // refused request changes no bucket. Reconcile applies one reconcile to both
 // tokens buckets atomically.
+//
+// A bucket's identity is (Key, Workspace, Model) for the key's buckets and
+// (Workspace, Model) for the workspace's: a store must fold Model into both
+// (the memory store hashes it with the key and workspace; the Redis store
+// adds a keyed hash of it to the key names). A store written before Model
+// existed, which ignores it, stays correct for every limiter without
+// WithModelLimits (Model is then always ""), but with model limits it would
+// spend every model entry's traffic on the default buckets, clamped to
+// whichever figures the latest request carried: do not combine such a
+// store with WithModelLimits.
 type Store interface {
 	Admit(ctx context.Context, req AdmitRequest) (Decision, error)
 	Reconcile(ctx context.Context, req ReconcileRequest) error

@@ -13,9 +13,17 @@
 //	<prefix>:{<workspace hash>}:k:<key hash>
 //	<prefix>:{<workspace hash>}:w
 //
-// The {…} hash tag puts both in one Redis Cluster slot, so the script is
-// cluster-safe. The hashes are keyed (HMAC-SHA256 with WithHashKey's
-// secret), so neither a raw API key nor a workspace name appears in Redis.
+// and the entries of a model-limits entry's own buckets (AdmitRequest.Model
+// not empty) are
+//
+//	<prefix>:{<workspace hash>}:m:<model hash>:k:<key hash>
+//	<prefix>:{<workspace hash>}:m:<model hash>:w
+//
+// The {…} hash tag puts all of a workspace's entries in one Redis Cluster
+// slot, so the script is cluster-safe. The hashes are keyed (HMAC-SHA256
+// with WithHashKey's secret), so neither a raw API key nor a workspace name
+// appears in Redis (a model name is not secret, but is hashed the same way,
+// which keeps names short and of one shape).
 // Every entry expires once time alone would have refilled it to full (plus a
 // second), so Redis holds active buckets only.
 //
@@ -186,10 +194,22 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // Errors returns how many Redis calls failed.
 func (s *Store) Errors() int64 { return s.errors.Load() }
 
-// Keys returns the Redis key names of the two entries of (key, workspace).
+// Keys returns the Redis key names of the two entries of (key, workspace)
+// that hold the default buckets. It is shorthand for
+// ModelKeys(key, workspace, "").
 func (s *Store) Keys(key, workspace string) (keyEntry, workspaceEntry string) {
-	ws := s.hash("w\x00" + workspace)
-	return s.prefix + ":{" + ws + "}:k:" + s.hash("k\x00"+key), s.prefix + ":{" + ws + "}:w"
+	return s.ModelKeys(key, workspace, "")
+}
+
+// ModelKeys returns the Redis key names of the two entries of (key,
+// workspace) that hold the buckets of model, a ModelLimits entry's name as
+// configured ("" for the default buckets).
+func (s *Store) ModelKeys(key, workspace, model string) (keyEntry, workspaceEntry string) {
+	base := s.prefix + ":{" + s.hash("w\x00"+workspace) + "}:"
+	if model != "" {
+		base += "m:" + s.hash("m\x00"+model) + ":"
+	}
+	return base + "k:" + s.hash("k\x00"+key), base + "w"
 }
 
 func (s *Store) hash(v string) string {
@@ -232,7 +252,7 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	if s.batch != nil {
 		return s.admitBatched(ctx, r)
 	}
-	k, w := s.Keys(r.Key, r.Workspace)
+	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	res, err := admitScript.Run(ctx, s.c, []string{k, w}, appendAdmitArgs([]any{s.nowArg()}, r)...).Int64Slice()
@@ -258,7 +278,7 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 	if !s.up() {
 		return s.reconcileLocal(ctx, r, errDown)
 	}
-	k, w := s.Keys(r.Key, r.Workspace)
+	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	bound := func(actual, tpm int64) int64 { return max(0, min(actual, 4*tpm)) }
