@@ -10,18 +10,29 @@ import (
 const EnterpriseNote = "Limits on this plan are set in your agreement."
 
 type limitsBody struct {
-	Tier           string `json:"tier"`
+	Tier           string              `json:"tier"`
+	RequestsPerMin *int64              `json:"requestsPerMin"`
+	TokensPerMin   *int64              `json:"tokensPerMin"`
+	Note           string              `json:"note,omitempty"`
+	Models         map[string]limitRow `json:"models,omitempty"`
+	Docs           string              `json:"docs"`
+}
+
+// limitRow is one model entry's figures; both null on Enterprise.
+type limitRow struct {
 	RequestsPerMin *int64 `json:"requestsPerMin"`
 	TokensPerMin   *int64 `json:"tokensPerMin"`
-	Note           string `json:"note,omitempty"`
-	Docs           string `json:"docs"`
 }
 
 // LimitsHandler returns the limits endpoint (mount it at e.g.
 // GET /platform/v1/limits). It answers GET and HEAD with the caller's own
 // workspace row, the caller identified by the same extractors as the
 // middleware (none: 401); any other method gets 405, checked first.
-// Enterprise answers null figures and EnterpriseNote, never a guess.
+// Enterprise answers null figures and EnterpriseNote, never a guess. A
+// workspace with an override (WithOverrides) gets the override's figures,
+// whatever its tier. With WithModelLimits the answer adds "models": each
+// entry's figures for the caller's tier, by entry name as configured (null
+// on Enterprise).
 func (l *Limiter) LimitsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -41,10 +52,20 @@ func (l *Limiter) LimitsHandler() http.Handler {
 			return
 		}
 		tier := l.resolveTier(r, a.ws)
-		body := limitsBody{Tier: tier.String(), Docs: l.cfg.docsURL}
-		if tier == Enterprise {
+		a.tier = tier
+		o, overridden, err := l.safeOverride(r, a.ws)
+		if err != nil {
+			l.failOpen(&a, "limits", err)
+			writeError(w, r, http.StatusInternalServerError, "server_error", "internal_error", "The limits could not be read.")
+			return
+		}
+		body := limitsBody{Tier: tier.String(), Docs: l.cfg.docsURL, Models: l.modelRows(tier)}
+		switch {
+		case overridden:
+			body.RequestsPerMin, body.TokensPerMin = &o.RequestsPerMinute, &o.TokensPerMinute
+		case tier == Enterprise:
 			body.Note = EnterpriseNote
-		} else {
+		default:
 			lim := l.cfg.tiers.For(tier)
 			body.RequestsPerMin, body.TokensPerMin = &lim.RequestsPerMinute, &lim.TokensPerMinute
 		}
@@ -71,4 +92,40 @@ func (l *Limiter) resolveTier(r *http.Request, ws string) (t Tier) {
 		return Free
 	}
 	return t
+}
+
+// safeOverride is override for the limits endpoint: a panicking resolver
+// is a fault (a *PanicError), as is an invalid override.
+func (l *Limiter) safeOverride(r *http.Request, ws string) (o Limits, ok bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			o, ok, err = Limits{}, false, &PanicError{Where: "override resolver", Value: p}
+		}
+	}()
+	return l.override(r.Context(), ws)
+}
+
+// modelRows lists every model entry's figures for tier (nil without model
+// limits); Enterprise's are null.
+func (l *Limiter) modelRows(tier Tier) map[string]limitRow {
+	t := l.models
+	if t == nil {
+		return nil
+	}
+	rows := make(map[string]limitRow, len(t.exact)+len(t.prefixes))
+	add := func(name string, tt TierTable) {
+		if tier == Enterprise {
+			rows[name] = limitRow{}
+			return
+		}
+		lim := tt.For(tier)
+		rows[name] = limitRow{RequestsPerMin: &lim.RequestsPerMinute, TokensPerMin: &lim.TokensPerMinute}
+	}
+	for name, tt := range t.exact {
+		add(name, tt)
+	}
+	for _, p := range t.prefixes {
+		add(p.name, p.table)
+	}
+	return rows
 }

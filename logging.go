@@ -10,5 +10,6 @@ func fieldsRefused(a *admission, secs int64) []zap.Field {
 		zap.Int64("estimate", a.est),
 		zap.Int64("retry_after_s", secs),
 		zap.Bool("never_fits", a.d.NeverFits),
+		zap.String("model_limit", a.entry),
 	}
 }

@@ -22,8 +22,11 @@ type Limiter struct {
 	log       *zap.Logger
 	debug     *zap.Logger // sampled, for refusals
 	failOpens atomic.Int64
+	models    *modelTable // WithModelLimits, compiled; nil: none
 	trackers  sync.Pool
 	solo      bool // each key is its own workspace, with equal figures
+
+	shadowRefusals atomic.Int64
 }
 
 // New returns a Limiter configured by opts. Every option has a safe
@@ -34,7 +37,7 @@ func New(opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{cfg: c, log: c.logger, solo: c.workspace == nil && c.keyTiers == nil}
+	l := &Limiter{cfg: c, log: c.logger, models: c.models, solo: c.workspace == nil && c.keyTiers == nil}
 	l.debug = c.logger.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
 		return zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
 	}))
@@ -80,11 +83,20 @@ type admission struct {
 	est     int64
 	now     time.Time
 	d       Decision
+	// Policies (model.go, override.go): the request's model, the
+	// ModelLimits entry whose buckets it spends ("" : the default buckets),
+	// and whether an override set the figures.
+	model      string
+	entry      string
+	overridden bool
 }
 
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	var a admission
 	status, code, msg, fault := l.identify(r, &a)
+	if fault == nil && status == 0 {
+		status, code, msg, fault = l.identifyModel(r, &a)
+	}
 	if fault != nil {
 		l.failOpen(&a, "admit", fault)
 		next.ServeHTTP(w, r)
@@ -99,6 +111,10 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 	if !a.d.Allowed {
+		if l.cfg.shadow {
+			l.passShadow(w, r, &a, next)
+			return
+		}
 		l.refuse(w, r, &a)
 		return
 	}
@@ -163,9 +179,15 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	if c.keyTiers != nil {
 		a.kl = c.keyTiers.For(tier)
 	}
+	if !l.applyModel(a) {
+		if err := l.applyOverride(ctx, a); err != nil {
+			l.failOpen(a, "admit", err)
+			return false
+		}
+	}
 	a.est = max(1, c.estimator(r))
 	a.now = c.clock()
-	req := AdmitRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, Solo: l.solo, Now: a.now}
+	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, Solo: l.solo, Now: a.now}
 	var err error
 	if l.mem != nil {
 		a.d, err = l.mem.Admit(ctx, req)
@@ -177,7 +199,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		return false
 	}
 	if o := c.observer; o != nil {
-		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Tier: tier, Estimate: a.est, NeverFits: a.d.NeverFits}
+		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Tier: tier, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow}
 		if !a.d.Allowed {
 			ev.RetryAfter = time.Duration(retryAfterSeconds(a.d)) * time.Second
 		}
@@ -267,7 +289,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	if ev.Actual != a.est {
 		// The clock is read again: the charge lands when the response ended,
 		// as it does on a store with its own clock.
-		req := ReconcileRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock()}
+		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock()}
 		var err error
 		if l.mem != nil {
 			err = l.mem.Reconcile(r.Context(), req)

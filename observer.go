@@ -20,12 +20,18 @@ type Observer interface {
 
 // DecisionEvent describes one admission decision.
 type DecisionEvent struct {
-	Allowed    bool
-	Refused    Bucket // the first bucket without room; meaningful when !Allowed
-	Tier       Tier
+	Allowed bool
+	Refused Bucket // the first bucket without room; meaningful when !Allowed
+	Tier    Tier
+	// Model is the ModelLimits entry whose buckets the request spent, as
+	// configured (e.g. "gpt-4o*"); "" for the default buckets.
+	Model      string
 	Estimate   int64
 	RetryAfter time.Duration // what the 429 says, whole seconds; 0 when Allowed
 	NeverFits  bool
+	// Shadow is true on every decision made under WithShadow: a decision
+	// with Allowed false was let through, not refused.
+	Shadow bool
 }
 
 // ReconcileKind says what a reconcile was based on.
@@ -66,5 +72,5 @@ type ReconcileEvent struct {
 // FailOpenEvent describes a fault that let a request through unchecked.
 type FailOpenEvent struct {
 	Op  string // "admit", "reconcile" or "limits"
-	Err error  // a *StoreError or *PanicError; never quotes a raw key
+	Err error  // a *StoreError, a *PanicError or an error wrapping ErrInvalidOverride; never quotes a raw key
 }

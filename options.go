@@ -36,7 +36,13 @@ type config struct {
 	headers    HeaderStyle
 	streamUse  bool
 	docsURL    string
-	errs       []error
+	// Policies beyond the plan tier (model.go, override.go, shadow.go).
+	model       Extractor
+	modelLimits ModelLimits
+	models      *modelTable
+	overrides   OverrideResolver
+	shadow      bool
+	errs        []error
 	nilOptions int
 }
 
@@ -194,6 +200,11 @@ func newConfig(opts []Option) (*config, error) {
 		if err := c.keyTiers.validate(); err != nil {
 			c.fail("WithKeyTiers", err)
 		}
+	}
+	if m, err := compileModels(c.modelLimits); err != nil {
+		c.fail("WithModelLimits", err)
+	} else {
+		c.models = m
 	}
 	if c.headers > HeadersIETF {
 		c.fail("WithRateLimitHeaders", errors.New("unknown header style"))

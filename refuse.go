@@ -66,8 +66,12 @@ func refusalMessage(a *admission, secs int64, docs string) string {
 		if a.est > 2*a.kl.TokensPerMinute {
 			scope, capacity = "key", 2*a.kl.TokensPerMinute
 		}
-		return fmt.Sprintf("Request too large for tokens per minute (%s): its estimated %d tokens exceed the bucket's whole capacity of %d on the %s tier. Retrying will not help: send a smaller request or move to a larger tier. See %s",
-			scope, a.est, capacity, a.tier, docs)
+		what := "tokens per minute (" + scope + ")"
+		if a.entry != "" {
+			what = a.entry + "'s " + what
+		}
+		return fmt.Sprintf("Request too large for %s: its estimated %d tokens exceed the bucket's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger tier. See %s",
+			what, a.est, capacity, planPhrase(a), docs)
 	}
 	b := a.d.Refused
 	dim, figure := "requests", a.kl.RequestsPerMinute
@@ -79,8 +83,26 @@ func refusalMessage(a *admission, secs int64, docs string) string {
 	case WorkspaceTokens:
 		dim, figure = "tokens", a.wl.TokensPerMinute
 	}
-	return fmt.Sprintf("Rate limit reached for %s per minute (%s) on the %s tier: limit %d per minute, burst %d. Please try again in %ds. See %s",
-		dim, b.Scope(), a.tier, figure, 2*figure, secs, docs)
+	if a.entry != "" {
+		// The model is named as configured (an operator's entry, never the
+		// client's text): a prefix entry's models share its limit.
+		where := "in this workspace"
+		if b.Scope() == "key" {
+			where = "for this API key"
+		}
+		return fmt.Sprintf("Rate limit reached for %s %s on %s per minute %s: limit %d per minute, burst %d. Please try again in %ds. See %s",
+			a.entry, where, dim, planPhrase(a), figure, 2*figure, secs, docs)
+	}
+	return fmt.Sprintf("Rate limit reached for %s per minute (%s) %s: limit %d per minute, burst %d. Please try again in %ds. See %s",
+		dim, b.Scope(), planPhrase(a), figure, 2*figure, secs, docs)
+}
+
+// planPhrase says where the figures of a refusal come from.
+func planPhrase(a *admission) string {
+	if a.overridden {
+		return "under this workspace's own limits"
+	}
+	return "on the " + a.tier.String() + " tier"
 }
 
 // requestID returns the request's X-Request-Id if it is safe to echo (1–128

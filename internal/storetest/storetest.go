@@ -51,6 +51,12 @@ func (c *Clock) Advance(d time.Duration) {
 // usageHeader tells the provider below what usage to report.
 const usageHeader = "X-Test-Usage"
 
+// modelHeader carries the request's model in the model-limits tests.
+const modelHeader = "X-Test-Model"
+
+// byHeader is the model extractor of the model-limits tests.
+func byHeader(r *http.Request) (string, error) { return r.Header.Get(modelHeader), nil }
+
 var provider = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if u := r.Header.Get(usageHeader); u != "" {
@@ -85,9 +91,17 @@ type reply struct {
 }
 
 func (e *env) send(key string, contentLength int64, usage int64) reply {
+	return e.sendModel(key, "", contentLength, usage)
+}
+
+// sendModel sends a request naming model (none when "").
+func (e *env) sendModel(key, model string, contentLength int64, usage int64) reply {
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(""))
 	r.ContentLength = contentLength
 	r.Header.Set("Authorization", "Bearer "+key)
+	if model != "" {
+		r.Header.Set(modelHeader, model)
+	}
 	if usage >= 0 {
 		r.Header.Set(usageHeader, strconv.FormatInt(usage, 10))
 	}
@@ -106,8 +120,12 @@ func (e *env) send(key string, contentLength int64, usage int64) reply {
 }
 
 func (e *env) burst(key string, limit int) int {
+	return e.burstModel(key, "", limit)
+}
+
+func (e *env) burstModel(key, model string, limit int) int {
 	for i := range limit {
-		if r := e.send(key, 0, -1); r.code != http.StatusOK {
+		if r := e.sendModel(key, model, 0, -1); r.code != http.StatusOK {
 			require.Equal(e.t, http.StatusTooManyRequests, r.code)
 			return i
 		}
@@ -243,6 +261,7 @@ func Run(t *testing.T, f Factory) {
 		r = e.send("sk-h", 4, -1)
 		assert.Equal(t, int64(2*llmrate.MaxPerMinute-1), r.remTok, "years later: exactly full")
 	})
+	t.Run("Models", func(t *testing.T) { runModels(t, f) })
 	t.Run("Concurrent250", func(t *testing.T) {
 		e := newEnv(t, f)
 		var n atomic.Int64
@@ -256,5 +275,63 @@ func Run(t *testing.T, f Factory) {
 		}
 		wg.Wait()
 		assert.Equal(t, int64(200), n.Load())
+	})
+}
+
+// runModels: a model entry's buckets are its own, per key and per
+// workspace, apart from the default buckets and from every other entry's;
+// the models one prefix entry matches share its buckets.
+func runModels(t *testing.T, f Factory) {
+	small := func(rpm, tpm int64) llmrate.TierTable {
+		l := llmrate.Limits{RequestsPerMinute: rpm, TokensPerMinute: tpm}
+		return llmrate.TierTable{Free: l, Developer: l, Team: l, Growth: l, Scale: l, Enterprise: l}
+	}
+	models := llmrate.WithModelLimits(llmrate.ModelLimits{
+		"gpt-4o":   small(3, 1000),
+		"gpt-4o*":  small(5, 1000),
+		"claude-*": small(2, 1000),
+	})
+	withModel := llmrate.WithModel(byHeader)
+	t.Run("SeparateBuckets", func(t *testing.T) {
+		e := newEnv(t, f, withModel, models)
+		assert.Equal(t, 6, e.burstModel("sk-m", "gpt-4o", 100), "the exact entry: 2×3")
+		assert.Equal(t, 10, e.burstModel("sk-m", "gpt-4o-2024-08-06", 100), "the prefix entry's own buckets: 2×5")
+		assert.Equal(t, 0, e.burstModel("sk-m", "gpt-4o-mini", 100), "one prefix entry, one set of buckets")
+		assert.Equal(t, 4, e.burstModel("sk-m", "claude-3-5-haiku", 100), "2×2")
+		assert.Equal(t, 200, e.burstModel("sk-m", "mistral-large", 1000), "no entry: the default buckets, untouched so far")
+		assert.Equal(t, 0, e.burst("sk-m", 5), "no model: the same default buckets")
+		assert.Equal(t, 6, e.burstModel("sk-other", "gpt-4o", 100), "another key (its own workspace) has its own")
+		e.clock.Advance(20 * time.Second) // 1 request of gpt-4o (3/min), 1 of claude (2/min: 0.67)
+		assert.Equal(t, 1, e.burstModel("sk-m", "gpt-4o", 100))
+		assert.Equal(t, 0, e.burstModel("sk-m", "claude-3-opus", 100))
+	})
+	t.Run("WorkspaceShared", func(t *testing.T) {
+		e := newEnv(t, f, withModel, models, llmrate.WithWorkspace(func(*http.Request) (string, error) { return "team", nil }))
+		n := 0
+		for i := range 20 {
+			if e.sendModel([]string{"k1", "k2"}[i%2], "gpt-4o", 0, -1).code == http.StatusOK {
+				n++
+			}
+		}
+		assert.Equal(t, 6, n, "two keys exhaust the workspace's gpt-4o buckets together")
+		assert.Equal(t, 200, e.burst("k3", 1000), "the workspace's default buckets are apart")
+	})
+	t.Run("RollbackAndReconcile", func(t *testing.T) {
+		e := newEnv(t, f, withModel, models, llmrate.WithWorkspace(func(r *http.Request) (string, error) {
+			k, err := llmrate.BearerToken()(r)
+			return "ws-" + k, err
+		}))
+		r := e.sendModel("sk-r", "gpt-4o", 4*1500, 300) // est 1,500 of 2,000; used 300
+		require.Equal(t, http.StatusOK, r.code)
+		assert.Equal(t, int64(5), r.remReq)
+		assert.Equal(t, int64(500), r.remTok)
+		r = e.sendModel("sk-r", "gpt-4o", 4*1800, -1) // 1,800 > 1,700 left: refused
+		require.Equal(t, http.StatusTooManyRequests, r.code)
+		assert.Equal(t, int64(5), r.remReq, "rolled back")
+		assert.Equal(t, int64(1700), r.remTok, "reconciled in the model's buckets: 2,000 - 300")
+		assert.Equal(t, "6", r.retryAfter, "100 tokens at 1,000/min")
+		r = e.send("sk-r", 4, -1)
+		assert.Equal(t, int64(199), r.remReq, "the default buckets were never touched")
+		assert.Equal(t, int64(400_000-1), r.remTok)
 	})
 }
