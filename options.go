@@ -22,20 +22,20 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	key        Extractor
-	workspace  Extractor
-	resolver   TierResolver
-	tiers      TierTable
-	keyTiers   *TierTable
-	clock      func() time.Time
-	store      Store
-	logger     *zap.Logger
-	estimator  func(*http.Request) int64
-	timeout    time.Duration
-	observer   Observer
-	headers    HeaderStyle
-	streamUse  bool
-	docsURL    string
+	key       Extractor
+	workspace Extractor
+	resolver  TierResolver
+	tiers     TierTable
+	keyTiers  *TierTable
+	clock     func() time.Time
+	store     Store
+	logger    *zap.Logger
+	estimator func(*http.Request) int64
+	timeout   time.Duration
+	observer  Observer
+	headers   HeaderStyle
+	streamUse bool
+	docsURL   string
 	// Policies beyond the plan tier (model.go, override.go, shadow.go).
 	model       Extractor
 	modelLimits ModelLimits
@@ -43,7 +43,7 @@ type config struct {
 	overrides   OverrideResolver
 	shadow      bool
 	errs        []error
-	nilOptions int
+	nilOptions  int
 }
 
 func (c *config) fail(option string, err error) {
