@@ -149,10 +149,10 @@ func TestModelFromBodyReverseProxy(t *testing.T) {
 	t.Cleanup(upstream.Close)
 	u, err := url.Parse(upstream.URL)
 	require.NoError(t, err)
-	var models []string
+	rec := &recorder{}
 	l, err := llmrate.New(llmrate.WithModel(llmrate.ModelFromBody()),
 		llmrate.WithModelLimits(llmrate.ModelLimits{"gpt-4o": uniform(llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 100_000})}),
-		llmrate.WithObserver(&recObserver{decided: func(e llmrate.DecisionEvent) { models = append(models, e.Model) }}))
+		llmrate.WithObserver(rec))
 	require.NoError(t, err)
 	gw := httptest.NewServer(l.Middleware(httputil.NewSingleHostReverseProxy(u)))
 	t.Cleanup(gw.Close)
@@ -170,39 +170,17 @@ func TestModelFromBodyReverseProxy(t *testing.T) {
 			assert.Equal(t, int64(len(body)), gotLen)
 		}
 	}
-	assert.Equal(t, []string{"gpt-4o", "gpt-4o", "gpt-4o"}, models)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Len(t, rec.decisions, 3)
+	for _, d := range rec.decisions {
+		assert.Equal(t, "gpt-4o", d.Model)
+	}
 }
 
 func uniform(l llmrate.Limits) llmrate.TierTable {
 	return llmrate.TierTable{Free: l, Developer: l, Team: l, Growth: l, Scale: l, Enterprise: l}
 }
-
-// recObserver records events through callbacks.
-type recObserver struct {
-	decided    func(llmrate.DecisionEvent)
-	reconciled func(llmrate.ReconcileEvent)
-	failed     func(llmrate.FailOpenEvent)
-}
-
-func (o *recObserver) Decided(e llmrate.DecisionEvent) {
-	if o.decided != nil {
-		o.decided(e)
-	}
-}
-
-func (o *recObserver) Reconciled(e llmrate.ReconcileEvent) {
-	if o.reconciled != nil {
-		o.reconciled(e)
-	}
-}
-
-func (o *recObserver) FailedOpen(e llmrate.FailOpenEvent) {
-	if o.failed != nil {
-		o.failed(e)
-	}
-}
-
-func (o *recObserver) Evicted() {}
 
 // FuzzModelFromBody: ModelFromBody returns exactly the top-level model
 // string encoding/json finds, or "", and the next handler reads the very
