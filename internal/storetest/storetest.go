@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -262,6 +263,7 @@ func Run(t *testing.T, f Factory) {
 		assert.Equal(t, int64(2*llmrate.MaxPerMinute-1), r.remTok, "years later: exactly full")
 	})
 	t.Run("Models", func(t *testing.T) { runModels(t, f) })
+	t.Run("ShadowMatchesEnforcement", func(t *testing.T) { runShadow(t, f) })
 	t.Run("Concurrent250", func(t *testing.T) {
 		e := newEnv(t, f)
 		var n atomic.Int64
@@ -334,4 +336,85 @@ func runModels(t *testing.T, f Factory) {
 		assert.Equal(t, int64(199), r.remReq, "the default buckets were never touched")
 		assert.Equal(t, int64(400_000-1), r.remTok)
 	})
+}
+
+// decisions records the observer's decisions.
+type decisions struct {
+	mu sync.Mutex
+	ds []llmrate.DecisionEvent
+}
+
+func (d *decisions) Decided(e llmrate.DecisionEvent) {
+	d.mu.Lock()
+	d.ds = append(d.ds, e)
+	d.mu.Unlock()
+}
+func (*decisions) Reconciled(llmrate.ReconcileEvent) {}
+func (*decisions) FailedOpen(llmrate.FailOpenEvent)  {}
+func (*decisions) Evicted()                          {}
+
+// runShadow replays one random trace (clock moves, requests of three keys
+// in two workspaces over models with and without entries, usage reports)
+// against an enforcing limiter and a shadow one: the decisions must be the
+// same, one by one, because a would-be refusal debits nothing and is not
+// reconciled. Enforcement answers 429 exactly where the decision refused;
+// shadow mode answers 200 throughout.
+func runShadow(t *testing.T, f Factory) {
+	tiers := llmrate.TierTable{}
+	for _, p := range []*llmrate.Limits{&tiers.Free, &tiers.Developer, &tiers.Team, &tiers.Growth, &tiers.Scale, &tiers.Enterprise} {
+		*p = llmrate.Limits{RequestsPerMinute: 4, TokensPerMinute: 600}
+	}
+	mt := llmrate.TierTable{Free: llmrate.Limits{RequestsPerMinute: 2, TokensPerMinute: 300}}
+	mt.Developer, mt.Team, mt.Growth, mt.Scale, mt.Enterprise = mt.Free, mt.Free, mt.Free, mt.Free, mt.Free
+	opts := func(o llmrate.Observer) []llmrate.Option {
+		return []llmrate.Option{
+			llmrate.WithTiers(tiers), llmrate.WithObserver(o), llmrate.WithModel(byHeader),
+			llmrate.WithModelLimits(llmrate.ModelLimits{"gpt-4o*": mt}),
+			llmrate.WithWorkspace(func(r *http.Request) (string, error) {
+				k, err := llmrate.BearerToken()(r)
+				return map[string]string{"k1": "A", "k2": "A", "k3": "B"}[k], err
+			}),
+		}
+	}
+	for seed := range uint64(6) {
+		var enf, sh decisions
+		e := newEnv(t, f, opts(&enf)...)
+		s := newEnv(t, f, append(opts(&sh), llmrate.WithShadow())...)
+		r := rand.New(rand.NewPCG(seed, 0x5eed))
+		refused := 0
+		for step := range 80 {
+			if r.IntN(6) == 0 {
+				d := time.Duration(r.Int64N(int64(20 * time.Second)))
+				e.clock.Advance(d)
+				s.clock.Advance(d)
+				continue
+			}
+			key := []string{"k1", "k2", "k3"}[r.IntN(3)]
+			model := []string{"", "gpt-4o", "gpt-4o-mini", "o3"}[r.IntN(4)]
+			cl := r.Int64N(4 * 250)
+			usage := int64(-1)
+			if r.IntN(2) == 0 {
+				usage = r.Int64N(400)
+			}
+			re, rs := e.sendModel(key, model, cl, usage), s.sendModel(key, model, cl, usage)
+			require.Equal(t, http.StatusOK, rs.code, "seed %d step %d: shadow mode refused", seed, step)
+			if re.code != http.StatusOK {
+				refused++
+			}
+			enf.mu.Lock()
+			n := len(enf.ds)
+			want := enf.ds[n-1]
+			enf.mu.Unlock()
+			sh.mu.Lock()
+			got := sh.ds[len(sh.ds)-1]
+			sh.mu.Unlock()
+			require.True(t, got.Shadow, "seed %d step %d", seed, step)
+			got.Shadow = false
+			require.Equal(t, want, got, "seed %d step %d: the shadow decision differs from enforcement's", seed, step)
+			require.Equal(t, want.Allowed, re.code == http.StatusOK, "seed %d step %d", seed, step)
+			require.Equal(t, re.remReq, rs.remReq, "seed %d step %d: headers", seed, step)
+			require.Equal(t, re.remTok, rs.remTok, "seed %d step %d: headers", seed, step)
+		}
+		require.Positive(t, refused, "seed %d: the trace must refuse something to prove anything", seed)
+	}
 }
