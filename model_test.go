@@ -80,29 +80,68 @@ func waitSeconds(level *big.Rat, need, rate int64) int64 {
 type model struct {
 	tiers   llmrate.TierTable
 	tierOf  map[string]llmrate.Tier
-	keys    map[string]*modelEntry // "ws/key"
-	ws      map[string]*modelEntry
-	entries func(key, ws string) (*modelEntry, *modelEntry)
+	keys    map[string]*modelEntry // "ws/key/entry"
+	ws      map[string]*modelEntry // "ws/entry"
+	entries func(key, ws, entry string) (*modelEntry, *modelEntry)
+	// Policies: model limits by entry name, and overrides by workspace.
+	models llmrate.ModelLimits
+	over   map[string]llmrate.Limits
 }
 
 func newModel(tt llmrate.TierTable) *model {
-	m := &model{tiers: tt, tierOf: map[string]llmrate.Tier{}, keys: map[string]*modelEntry{}, ws: map[string]*modelEntry{}}
-	m.entries = func(key, ws string) (*modelEntry, *modelEntry) {
-		if m.keys[ws+"/"+key] == nil {
-			m.keys[ws+"/"+key] = &modelEntry{}
+	m := &model{tiers: tt, tierOf: map[string]llmrate.Tier{}, keys: map[string]*modelEntry{}, ws: map[string]*modelEntry{}, over: map[string]llmrate.Limits{}}
+	m.entries = func(key, ws, entry string) (*modelEntry, *modelEntry) {
+		k, w := ws+"/"+key+"/"+entry, ws+"/"+entry
+		if m.keys[k] == nil {
+			m.keys[k] = &modelEntry{}
 		}
-		if m.ws[ws] == nil {
-			m.ws[ws] = &modelEntry{}
+		if m.ws[w] == nil {
+			m.ws[w] = &modelEntry{}
 		}
-		return m.keys[ws+"/"+key], m.ws[ws]
+		return m.keys[k], m.ws[w]
 	}
 	return m
 }
 
+// entryOf is the model-limits entry a model falls under: the exact name,
+// else the entry ending in "*" with the longest matching prefix.
+func (m *model) entryOf(name string) (string, bool) {
+	if name == "" {
+		return "", false
+	}
+	if _, ok := m.models[name]; ok {
+		return name, true
+	}
+	best, found := "", false
+	for e := range m.models {
+		if p, ok := strings.CutSuffix(e, "*"); ok && strings.HasPrefix(name, p) && (!found || len(e) > len(best)) {
+			best, found = e, true
+		}
+	}
+	return best, found
+}
+
+// limits returns the entry and the figures a request is held to; failOpen
+// is true when an invalid override lets it through unchecked.
+func (m *model) limits(ws, name string) (entry string, lim llmrate.Limits, failOpen bool) {
+	tier := m.tierOf[ws]
+	if e, ok := m.entryOf(name); ok {
+		return e, m.models[e].For(tier), false
+	}
+	if o, ok := m.over[ws]; ok {
+		bad := func(v int64) bool { return v < 1 || v > 1_000_000_000_000 }
+		if bad(o.RequestsPerMinute) || bad(o.TokensPerMinute) {
+			return "", llmrate.Limits{}, true
+		}
+		return "", o, false
+	}
+	return "", m.tiers.For(tier), false
+}
+
 // admit returns whether the request is admitted, and if not its Retry-After.
-func (m *model) admit(key, ws string, est int64, now time.Time) (bool, int64) {
-	lim := m.tiers.For(m.tierOf[ws])
-	ke, we := m.entries(key, ws)
+func (m *model) admit(key, ws, name string, est int64, now time.Time) (bool, int64) {
+	entry, lim, _ := m.limits(ws, name)
+	ke, we := m.entries(key, ws, entry)
 	ke.touch(now, lim)
 	we.touch(now, lim)
 	type stage struct {
@@ -133,9 +172,9 @@ func (m *model) admit(key, ws string, est int64, now time.Time) (bool, int64) {
 	return false, min(max(wait, 1), 60)
 }
 
-func (m *model) reconcile(key, ws string, est, actual int64, now time.Time) {
-	lim := m.tiers.For(m.tierOf[ws])
-	ke, we := m.entries(key, ws)
+func (m *model) reconcile(key, ws, name string, est, actual int64, now time.Time) {
+	entry, lim, _ := m.limits(ws, name)
+	ke, we := m.entries(key, ws, entry)
 	ke.touch(now, lim)
 	we.touch(now, lim)
 	for _, b := range []*modelBucket{&ke.tok, &we.tok} {
@@ -153,9 +192,11 @@ func (m *model) reconcile(key, ws string, est, actual int64, now time.Time) {
 }
 
 // TestModelBased runs seeded random sequences of clock moves, requests
-// (with reported usage and response time) and tier switches against the
-// real limiter and the reference model; every decision and Retry-After must
-// match. A failure names its seed: rerun with LLMRATE_MODEL_SEED=<seed>.
+// (with reported usage and response time, naming models with and without
+// model-limits entries), tier switches and override changes (some invalid)
+// against the real limiter and the reference model; every decision and
+// Retry-After must match, and a request under an invalid override must
+// pass unchecked and leave every bucket as it was. A failure names its seed: rerun with LLMRATE_MODEL_SEED=<seed>.
 func TestModelBased(t *testing.T) {
 	t.Parallel()
 	seeds := 2000
@@ -191,6 +232,11 @@ func runModelSequence(seed uint64, solo bool, decisions *atomic.Int64) error {
 	}
 	tt := llmrate.TierTable{Free: small(), Developer: small(), Team: small(), Growth: small(), Scale: small(), Enterprise: small()}
 	m := newModel(tt)
+	table := func() llmrate.TierTable {
+		return llmrate.TierTable{Free: small(), Developer: small(), Team: small(), Growth: small(), Scale: small(), Enterprise: small()}
+	}
+	m.models = llmrate.ModelLimits{"gpt-4o": table(), "gpt-4o*": table(), "gpt*": table()}
+	overrides := &overrideTable{}
 	clock := newFakeClock()
 	var tiers sync2Map
 	res := llmrate.TierResolverFunc(func(_ context.Context, ws string) (llmrate.Tier, bool) { return tiers.get(ws) })
@@ -204,7 +250,8 @@ func runModelSequence(seed uint64, solo bool, decisions *atomic.Int64) error {
 		}
 		_, _ = io.WriteString(w, `{}`)
 	})
-	opts := []llmrate.Option{llmrate.WithTiers(tt), llmrate.WithClock(clock.Now), llmrate.WithTierResolver(res)}
+	opts := []llmrate.Option{llmrate.WithTiers(tt), llmrate.WithClock(clock.Now), llmrate.WithTierResolver(res),
+		llmrate.WithModel(modelHeaderExtractor), llmrate.WithModelLimits(m.models), llmrate.WithOverrides(overrides)}
 	keys := [][2]string{{"k1", "k1"}, {"k2", "k2"}, {"k3", "k3"}}
 	if !solo {
 		opts = append(opts, llmrate.WithWorkspace(func(req *http.Request) (string, error) { return req.Header.Get("X-WS"), nil }))
@@ -231,8 +278,24 @@ func runModelSequence(seed uint64, solo bool, decisions *atomic.Int64) error {
 			t := llmrate.Tier(r.IntN(6))
 			tiers.set(ws, t)
 			m.tierOf[ws] = t
+		case op < 4: // set, change or drop a workspace's override
+			ws := keys[r.IntN(len(keys))][1]
+			switch r.IntN(6) {
+			case 0:
+				overrides.del(ws)
+				delete(m.over, ws)
+			case 1: // invalid
+				o := []llmrate.Limits{{RequestsPerMinute: 0, TokensPerMinute: 10}, {RequestsPerMinute: 5, TokensPerMinute: -1}, {RequestsPerMinute: 1_000_000_000_001, TokensPerMinute: 10}}[r.IntN(3)]
+				overrides.set(ws, o)
+				m.over[ws] = o
+			default:
+				o := small()
+				overrides.set(ws, o)
+				m.over[ws] = o
+			}
 		default: // a request
 			kw := keys[r.IntN(len(keys))]
+			name := []string{"", "gpt-4o", "gpt-4o-mini", "gpt-3.5-turbo", "claude-3"}[r.IntN(5)]
 			cl := r.Int64N(4 * 3000)
 			est := max(1, cl/4)
 			usage := int64(-1)
@@ -244,8 +307,14 @@ func runModelSequence(seed uint64, solo bool, decisions *atomic.Int64) error {
 			}
 			delay := time.Duration(r.Int64N(int64(5 * time.Second)))
 			now := clock.Now()
-			wantOK, wantRetry := m.admit(kw[0], kw[1], est, now)
+			_, _, failOpen := m.limits(kw[1], name)
+			wantOK, wantRetry := true, int64(0)
+			if !failOpen {
+				wantOK, wantRetry = m.admit(kw[0], kw[1], name, est, now)
+			}
+			fails := l.FailOpens()
 			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+			req.Header.Set("X-Model", name)
 			req.ContentLength = cl
 			req.Header.Set("Authorization", "Bearer "+kw[0])
 			req.Header.Set("X-WS", kw[1])
@@ -266,8 +335,14 @@ func runModelSequence(seed uint64, solo bool, decisions *atomic.Int64) error {
 				}
 				continue
 			}
+			if failOpen {
+				if got := l.FailOpens() - fails; got != 1 {
+					return fmt.Errorf("step %d: invalid override: %d fail-opens counted, want 1", step, got)
+				}
+				continue
+			}
 			if usage >= 0 && usage != est {
-				m.reconcile(kw[0], kw[1], est, usage, now.Add(delay))
+				m.reconcile(kw[0], kw[1], name, est, usage, now.Add(delay))
 			}
 		}
 	}

@@ -226,6 +226,17 @@ func (o *overrideTable) set(ws string, l llmrate.Limits) {
 	o.m.Store(&next)
 }
 
+func (o *overrideTable) del(ws string) {
+	next := map[string]llmrate.Limits{}
+	if p := o.m.Load(); p != nil {
+		for k, v := range *p {
+			next[k] = v
+		}
+	}
+	delete(next, ws)
+	o.m.Store(&next)
+}
+
 func TestOverrides(t *testing.T) {
 	t.Parallel()
 	t.Run("WorkspaceAndKeys", func(t *testing.T) {
