@@ -267,6 +267,44 @@ func TestKeyNamesAndTTL(t *testing.T) {
 	assert.Equal(t, [4]int64{199, 399_999, 199, 399_999}, d.Remaining)
 }
 
+// TestModelKeyNames: a model entry's buckets live in entries of their own,
+// in the workspace's hash slot, named by keyed hashes only.
+func TestModelKeyNames(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	s := newStore(t, c, redisstore.WithHashKey([]byte("shared-secret")))
+	const rawKey, ws, model = "sk-live-SECRET-abcdef123456", "acme-corp", "gpt-4o*"
+	free := llmrate.DefaultTiers().Free
+	ctx := context.Background()
+	for _, m := range []string{"", model, "o3"} {
+		d, err := s.Admit(ctx, llmrate.AdmitRequest{Key: rawKey, Workspace: ws, Model: m, KeyLimits: free, WorkspaceLimits: free, Tokens: 1000, Now: time.Now()})
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		assert.Equal(t, [4]int64{199, 399_000, 199, 399_000}, d.Remaining, "model %q: fresh buckets of its own", m)
+	}
+	keys, err := c.Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 6)
+	k0, w0 := s.Keys(rawKey, ws)
+	k1, w1 := s.ModelKeys(rawKey, ws, model)
+	k2, w2 := s.ModelKeys(rawKey, ws, "o3")
+	assert.ElementsMatch(t, []string{k0, w0, k1, w1, k2, w2}, keys)
+	tag := k0[strings.Index(k0, "{") : strings.Index(k0, "}")+1]
+	for _, name := range keys {
+		assert.NotContains(t, name, "SECRET")
+		assert.NotContains(t, name, ws)
+		assert.NotContains(t, name, "gpt")
+		assert.Equal(t, tag, name[strings.Index(name, "{"):strings.Index(name, "}")+1], "one hash slot per workspace")
+	}
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: rawKey, Workspace: ws, Model: model, KeyLimits: free, WorkspaceLimits: free, Estimate: 1000, Actual: 5000, Now: time.Now()}))
+	d, err := s.Admit(ctx, llmrate.AdmitRequest{Key: rawKey, Workspace: ws, Model: model, KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Now: time.Now()})
+	require.NoError(t, err)
+	assert.LessOrEqual(t, d.Remaining[llmrate.KeyTokens], int64(400_000-5000-1+1000), "the reconcile landed in the model's entries")
+	d, err = s.Admit(ctx, llmrate.AdmitRequest{Key: rawKey, Workspace: ws, KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Now: time.Now()})
+	require.NoError(t, err)
+	assert.Greater(t, d.Remaining[llmrate.KeyTokens], int64(400_000-5000), "and not in the default ones")
+}
+
 // TestServerTime: without WithClock the scripts use Redis TIME; the
 // gateway's clock is ignored, so a skewed host cannot mint capacity.
 func TestServerTime(t *testing.T) {
