@@ -7,7 +7,8 @@
 // key is its own workspace on the Free tier, so the 201st quick request of
 // one key gets the 429. -upstream URL proxies to a real provider instead,
 // -redis URL shares one limit across gateway processes, -config FILE maps
-// keys to workspaces and workspaces to tiers.
+// keys to workspaces and workspaces to tiers, and sets per-model limits,
+// per-workspace overrides and shadow mode.
 package main
 
 import (
@@ -43,12 +44,25 @@ func main() {
 // Config is the -config file (JSON):
 //
 //	{"keys": {"sk-alice": "acme", "sk-bob": "acme"},
-//	 "workspaces": {"acme": "growth"}}
+//	 "workspaces": {"acme": "growth", "bigco": "enterprise"},
+//	 "models": {"gpt-4o*": {"default": {"requestsPerMin": 500, "tokensPerMin": 30000},
+//	                        "growth": {"requestsPerMin": 5000, "tokensPerMin": 800000}},
+//	            "o3": {"default": {"requestsPerMin": 20, "tokensPerMin": 40000}}},
+//	 "overrides": {"bigco": {"requestsPerMin": 60000, "tokensPerMin": 150000000}},
+//	 "shadow": false}
 //
 // A key not listed is its own workspace; a workspace not listed is Free.
+// "models" holds each model's (or model prefix's, ending in "*") own
+// limits by tier name, "default" covering the tiers not listed; the model
+// is read from the request body's "model" (or a Gemini path). "overrides"
+// gives workspaces figures of their own instead of their tier's. "shadow":
+// true counts, logs and reports every decision but refuses nothing.
 type Config struct {
-	Keys       map[string]string `json:"keys"`
-	Workspaces map[string]string `json:"workspaces"`
+	Keys       map[string]string             `json:"keys"`
+	Workspaces map[string]string             `json:"workspaces"`
+	Models     map[string]map[string]Figures `json:"models"`
+	Overrides  map[string]Figures            `json:"overrides"`
+	Shadow     bool                          `json:"shadow"`
 }
 
 func loadConfig(path string) (*Config, llmrate.StaticTiers, error) {
@@ -84,7 +98,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 	upstream := fs.String("upstream", "", "proxy to this OpenAI-compatible provider URL instead of the built-in mock")
 	upstreamKeyEnv := fs.String("upstream-key-env", "UPSTREAM_API_KEY", "environment variable holding the provider key sent upstream (the client's key is replaced)")
 	redisURL := fs.String("redis", "", "share limits through this Redis URL (redis://host:port/db) instead of per-process memory")
-	configPath := fs.String("config", "", "JSON file mapping keys to workspaces and workspaces to tiers")
+	configPath := fs.String("config", "", "JSON file: keys to workspaces, workspaces to tiers, model limits, overrides, shadow mode")
 	logLevel := fs.String("log-level", "info", "zap log level (debug shows refusals)")
 	mockWords := fs.Int("mock-words", 20, "words in each mock answer")
 	mockDelay := fs.Duration("mock-delay", 0, "pause between the mock's streamed chunks")
@@ -133,6 +147,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 			return k, nil
 		}))
 	}
+	policies, err := policyOptions(*configPath, cfg)
+	if err != nil {
+		return err
+	}
+	opts = append(opts, policies...)
 	opts = append(opts, llmrate.WithStoreTimeout(*storeTimeout))
 	storeOpts, closeStore, err := storeOptions(ctx, *redisURL, *redisTimeout, log)
 	if err != nil {

@@ -155,3 +155,52 @@ func TestGatewayUpstream(t *testing.T) {
 	err := run(context.Background(), []string{"-upstream", "not a url", "-listen", "127.0.0.1:0"}, io.Discard, nil)
 	assert.ErrorContains(t, err, "want an absolute URL")
 }
+
+// TestGatewayPolicies: the config file's model limits, overrides and
+// shadow switch take effect.
+func TestGatewayPolicies(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "llmrate.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{
+		"keys": {"sk-big": "bigco"},
+		"workspaces": {"bigco": "enterprise"},
+		"models": {"gpt-4o*": {"default": {"requestsPerMin": 1, "tokensPerMin": 30000}}},
+		"overrides": {"bigco": {"requestsPerMin": 2, "tokensPerMin": 150000}}}`), 0o600))
+	url := startGateway(t, "-config", cfg)
+	codes := func(key, body string, n int) (got []int, last string) {
+		for range n {
+			resp := post(t, url, key, body)
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			got, last = append(got, resp.StatusCode), string(b)
+		}
+		return got, last
+	}
+	got, msg := codes("sk-m", `{"model":"gpt-4o-mini","messages":[]}`, 3)
+	assert.Equal(t, []int{200, 200, 429}, got, "gpt-4o*: a burst of 2×1")
+	assert.Contains(t, msg, "Rate limit reached for gpt-4o* for this API key on requests per minute")
+	got, _ = codes("sk-m", `{"model":"o3-mini","messages":[]}`, 3)
+	assert.Equal(t, []int{200, 200, 200}, got, "no entry: the Free tier's default buckets")
+	got, _ = codes("sk-big", `{"model":"o3-mini"}`, 5)
+	assert.Equal(t, []int{200, 200, 200, 200, 429}, got, "bigco's override: a burst of 2×2")
+
+	req, _ := http.NewRequest(http.MethodGet, url+"/platform/v1/limits", nil)
+	req.Header.Set("Authorization", "Bearer sk-big")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	assert.Contains(t, string(b), `"tier":"enterprise","requestsPerMin":2,"tokensPerMin":150000`)
+	assert.Contains(t, string(b), `"models":{"gpt-4o*":{"requestsPerMin":null,"tokensPerMin":null}}`)
+
+	shadow := filepath.Join(dir, "shadow.json")
+	require.NoError(t, os.WriteFile(shadow, []byte(`{"shadow": true, "models": {"gpt-4o*": {"default": {"requestsPerMin": 1, "tokensPerMin": 30000}}}}`), 0o600))
+	url = startGateway(t, "-config", shadow)
+	got, _ = codes("sk-m", `{"model":"gpt-4o"}`, 4)
+	assert.Equal(t, []int{200, 200, 200, 200}, got, "shadow mode refuses nothing")
+
+	bad := filepath.Join(dir, "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"models": {"gpt-4o": {"free": {"requestsPerMin": 1, "tokensPerMin": 1}}}}`), 0o600))
+	err = run(context.Background(), []string{"-config", bad, "-listen", "127.0.0.1:0"}, io.Discard, nil)
+	assert.ErrorContains(t, err, `no figures for the developer tier`)
+}
