@@ -32,13 +32,24 @@
 // are never rewritten (unless WithRateLimitHeaders is on, which replaces the
 // upstream's rate-limit headers).
 //
+// # Policies beyond the plan tier
+//
+// All optional. WithModelLimits (with WithModel, e.g. ModelFromBody) gives
+// models, or model prefixes ending in "*", four buckets of their own at
+// their own figures per tier. WithOverrides gives workspaces figures of
+// their own instead of their tier's. WithShadow makes every decision and
+// reports it (observer, logs, headers) but refuses nothing, so limits can be
+// rolled out safely: shadow mode decides exactly as enforcement would.
+//
 // # Failure policy
 //
 // The limiter fails open: if its own state faults (a store error, a store
 // call past its timeout, a panic inside the limiter), the request passes
 // through, and the miss is counted (FailOpens), logged at warn and reported
 // to the Observer. Bad client input is not a fault: a request without an
-// API key gets a 401 with code missing_api_key.
+// API key gets a 401 with code missing_api_key. An invalid override is a
+// fault for the requests it would govern: they fail open, counted and
+// logged.
 //
 // # Scope
 //

@@ -137,3 +137,41 @@ func (printObserver) Decided(e llmrate.DecisionEvent) {
 func (printObserver) Reconciled(llmrate.ReconcileEvent) {}
 func (printObserver) FailedOpen(llmrate.FailOpenEvent)  {}
 func (printObserver) Evicted()                          {}
+
+// perTier gives every tier the same figures (an example's shorthand).
+func perTier(rpm, tpm int64) llmrate.TierTable {
+	l := llmrate.Limits{RequestsPerMinute: rpm, TokensPerMinute: tpm}
+	return llmrate.TierTable{Free: l, Developer: l, Team: l, Growth: l, Scale: l, Enterprise: l}
+}
+
+// Every gpt-4o-mini snapshot shares one per-model limit, apart from the
+// key's default buckets; the 429 names the entry.
+func ExampleWithModelLimits() {
+	lim, _ := llmrate.New(llmrate.WithClock(exampleNow),
+		llmrate.WithModel(llmrate.ModelFromBody()),
+		llmrate.WithModelLimits(llmrate.ModelLimits{"gpt-4o-mini*": perTier(3, 100_000)}))
+	h := lim.Middleware(exampleProvider())
+	admitted := 0
+	for post(h, "sk-demo").Code == http.StatusOK { // posts {"model":"gpt-4o-mini"}
+		admitted++
+	}
+	fmt.Println("gpt-4o-mini admitted:", admitted)
+	w := post(h, "sk-demo")
+	fmt.Println(w.Code, strings.SplitN(w.Body.String(), ":", 4)[2])
+	// Output:
+	// gpt-4o-mini admitted: 6
+	// 429 "Rate limit reached for gpt-4o-mini* for this API key on requests per minute on the free tier
+}
+
+// Shadow mode decides and reports but refuses nothing.
+func ExampleWithShadow() {
+	lim, _ := llmrate.New(llmrate.WithClock(exampleNow), llmrate.WithShadow(), llmrate.WithTiers(perTier(1, 1000)))
+	h := lim.Middleware(exampleProvider())
+	var codes []int
+	for range 4 {
+		codes = append(codes, post(h, "sk-demo").Code)
+	}
+	fmt.Println(codes, "would have refused:", lim.ShadowRefusals())
+	// Output:
+	// [200 200 200 200] would have refused: 2
+}
