@@ -6,14 +6,21 @@
 //
 //	go run ./cmd/llmrate-sim -tier free -rps 5 -tokens 1000 -duration 3m -svg plot.svg
 //	go run ./cmd/llmrate-sim -tier growth -trace trace.jsonl
+//	go run ./cmd/llmrate-sim -trace trace.jsonl -model-limits 'gpt-4o*=50/30000,o3=5/10000'
+//	go run ./cmd/llmrate-sim -rps 6 -models gpt-4o,gpt-4o-mini,llama-3 -model-limits 'gpt-4o*=40/100000'
 //
 // A trace is JSON lines, in time order:
 //
-//	{"t": 0.25, "key": "sk-a", "workspace": "acme", "tokens": 1800, "estimate": 1200}
+//	{"t": 0.25, "key": "sk-a", "workspace": "acme", "model": "gpt-4o", "tokens": 1800, "estimate": 1200}
 //
-// t is seconds from the start; workspace defaults to the key; estimate (the
-// admission estimate, Content-Length/4 in production) defaults to tokens,
-// which is what the provider then reports.
+// t is seconds from the start; workspace defaults to the key; model is
+// optional; estimate (the admission estimate, Content-Length/4 in
+// production) defaults to tokens, which is what the provider then reports.
+//
+// -model-limits gives models (exact names, or prefixes ending in "*") their
+// own limits, name=requests/tokens per minute, comma-separated, as
+// llmrate.WithModelLimits does; the summary and the SVG then show
+// admission per model limit.
 package main
 
 import (
@@ -25,6 +32,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +51,7 @@ type Request struct {
 	T         float64 `json:"t"`
 	Key       string  `json:"key"`
 	Workspace string  `json:"workspace,omitempty"`
+	Model     string  `json:"model,omitempty"`
 	Tokens    int64   `json:"tokens"`
 	Estimate  int64   `json:"estimate,omitempty"`
 }
@@ -58,7 +67,9 @@ func run(args []string, out io.Writer) error {
 	keys := fs.Int("keys", 1, "generated: keys, round-robin, each its own workspace unless -workspaces")
 	workspaces := fs.Int("workspaces", 0, "generated: spread the keys over this many workspaces (0: each key its own)")
 	duration := fs.Duration("duration", 3*time.Minute, "generated: length of the workload")
+	genModels := fs.String("models", "", "generated: comma-separated model names, round-robin (default: none)")
 	svgPath := fs.String("svg", "", "write the plot to this SVG file")
+	modelFlag := fs.String("model-limits", "", "per-model limits: name=rpm/tpm,… (a name may end in *)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,6 +86,10 @@ func run(args []string, out io.Writer) error {
 		lim.TokensPerMinute = *tpm
 	}
 	tt = llmrate.TierTable{Free: lim, Developer: lim, Team: lim, Growth: lim, Scale: lim, Enterprise: lim}
+	models, err := parseModelLimits(*modelFlag)
+	if err != nil {
+		return err
+	}
 
 	var reqs []Request
 	if *trace != "" {
@@ -86,8 +101,14 @@ func run(args []string, out io.Writer) error {
 			return errors.New("-rps, -keys, -duration and -tokens must be positive")
 		}
 		reqs = generate(*rps, *tokens, *keys, *workspaces, *duration)
+		if *genModels != "" {
+			names := strings.Split(*genModels, ",")
+			for i := range reqs {
+				reqs[i].Model = strings.TrimSpace(names[i%len(names)])
+			}
+		}
 	}
-	res, err := Simulate(reqs, tt)
+	res, err := Simulate(reqs, tt, models)
 	if err != nil {
 		return err
 	}
@@ -147,6 +168,27 @@ func generate(rps float64, tokens int64, keys, workspaces int, d time.Duration) 
 		reqs[i] = r
 	}
 	return reqs
+}
+
+// parseModelLimits parses name=rpm/tpm,… into ModelLimits with the same
+// figures on every tier (the simulation runs one tier).
+func parseModelLimits(s string) (llmrate.ModelLimits, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	m := llmrate.ModelLimits{}
+	for _, item := range strings.Split(s, ",") {
+		name, figs, ok := strings.Cut(strings.TrimSpace(item), "=")
+		r, t, ok2 := strings.Cut(figs, "/")
+		rpm, err1 := strconv.ParseInt(r, 10, 64)
+		tpm, err2 := strconv.ParseInt(t, 10, 64)
+		if !ok || !ok2 || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("-model-limits: %q: want name=requests/tokens", item)
+		}
+		l := llmrate.Limits{RequestsPerMinute: rpm, TokensPerMinute: tpm}
+		m[name] = llmrate.TierTable{Free: l, Developer: l, Team: l, Growth: l, Scale: l, Enterprise: l}
+	}
+	return m, nil
 }
 
 // sortedKeys returns a map's keys in order.

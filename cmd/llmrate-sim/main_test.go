@@ -56,3 +56,37 @@ func TestTrace(t *testing.T) {
 	assert.ErrorContains(t, run([]string{"-trace", bad}, &out), "in order")
 	assert.Error(t, run([]string{"-tier", "platinum"}, &out))
 }
+
+// TestModelLimits: a trace over three models, two of them under model
+// limits, reports admission per model limit and draws it.
+func TestModelLimits(t *testing.T) {
+	dir := t.TempDir()
+	var lines []string
+	for i := range 30 {
+		model := []string{"gpt-4o", "gpt-4o-mini", "llama-3"}[i%3]
+		lines = append(lines, `{"t":0,"key":"sk-a","model":"`+model+`","tokens":10}`)
+	}
+	trace := filepath.Join(dir, "t.jsonl")
+	require.NoError(t, os.WriteFile(trace, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	svg := filepath.Join(dir, "m.svg")
+	var out strings.Builder
+	require.NoError(t, run([]string{"-trace", trace, "-model-limits", "gpt-4o*=2/1000,o3=1/10", "-svg", svg}, &out))
+	// 20 gpt-4o* requests share one limit: a burst of 4; the 10 llama-3
+	// requests spend the Free tier's default buckets (burst 200).
+	assert.Contains(t, out.String(), "admitted 14 requests")
+	assert.Contains(t, out.String(), "  (default buckets)    10, 10 (100.0%)")
+	assert.Contains(t, out.String(), "  gpt-4o*              20, 4 (20.0%)")
+	b, err := os.ReadFile(svg)
+	require.NoError(t, err)
+	var doc struct {
+		Lines []struct {
+			Points string `xml:"points,attr"`
+		} `xml:"polyline"`
+	}
+	require.NoError(t, xml.Unmarshal(b, &doc))
+	assert.Len(t, doc.Lines, 6, "4 as before, plus one per model limit seen")
+	assert.Contains(t, string(b), "gpt-4o*: 4 of 20 admitted")
+
+	assert.ErrorContains(t, run([]string{"-trace", trace, "-model-limits", "gpt-4o=2"}, &out), "want name=requests/tokens")
+	assert.ErrorContains(t, run([]string{"-trace", trace, "-model-limits", "gpt-*o=2/3"}, &out), "may only end a name")
+}

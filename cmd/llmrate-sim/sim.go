@@ -23,9 +23,23 @@ type Result struct {
 	OfferedRPS, AdmittedRPS       []float64   // per second
 	OfferedTPS, AdmittedTPS       []float64
 	Seconds                       int
-	lastDecision                  llmrate.DecisionEvent
-	decided                       bool
+	// PerModel is admission per model limit (entry name as configured;
+	// DefaultBuckets for requests that spent the default buckets), filled
+	// only when model limits are set.
+	PerModel     map[string]*ModelStats
+	lastDecision llmrate.DecisionEvent
+	decided      bool
 }
+
+// ModelStats is one model limit's share of the traffic.
+type ModelStats struct {
+	Limits            llmrate.Limits
+	Offered, Admitted int
+	AdmittedRPS       []float64 // per second
+}
+
+// DefaultBuckets names the default buckets in Result.PerModel.
+const DefaultBuckets = "(default buckets)"
 
 type observer struct{ r *Result }
 
@@ -37,16 +51,24 @@ func (observer) Evicted()                          {}
 // Simulate replays reqs through a real limiter with figures tt, on a clock
 // that jumps to each request's time. The provider reports each request's
 // tokens as its usage.
-func Simulate(reqs []Request, tt llmrate.TierTable) (*Result, error) {
+//
+// With model limits (nil: none), each request's "model" picks its buckets
+// as llmrate.WithModelLimits does.
+func Simulate(reqs []Request, tt llmrate.TierTable, models llmrate.ModelLimits) (*Result, error) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := start
 	res := &Result{RefusedBy: map[string]int{}, RetryAfter: map[int]int{}, Limits: tt.Free}
-	lim, err := llmrate.New(
+	opts := []llmrate.Option{
 		llmrate.WithTiers(tt),
 		llmrate.WithClock(func() time.Time { return now }),
 		llmrate.WithWorkspace(func(r *http.Request) (string, error) { return r.Header.Get("X-Workspace"), nil }),
 		llmrate.WithObserver(observer{res}),
-	)
+	}
+	if len(models) > 0 {
+		opts = append(opts, llmrate.WithModel(func(r *http.Request) (string, error) { return r.Header.Get("X-Model"), nil }),
+			llmrate.WithModelLimits(models))
+	}
+	lim, err := llmrate.New(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -75,6 +97,7 @@ func Simulate(reqs []Request, tt llmrate.TierTable) (*Result, error) {
 		r.Header.Set("Authorization", "Bearer "+q.Key)
 		r.Header.Set("X-Workspace", ws)
 		r.Header.Set("X-Tokens", strconv.FormatInt(q.Tokens, 10))
+		r.Header.Set("X-Model", q.Model)
 		w := httptest.NewRecorder()
 		res.decided = false
 		h.ServeHTTP(w, r)
@@ -99,8 +122,33 @@ func Simulate(reqs []Request, tt llmrate.TierTable) (*Result, error) {
 		default:
 			return nil, fmt.Errorf("unexpected status %d at t=%v", w.Code, q.T)
 		}
+		if len(models) > 0 && res.decided {
+			res.countModel(res.lastDecision.Model, models, sec, w.Code == http.StatusOK)
+		}
 	}
 	return res, nil
+}
+
+func (r *Result) countModel(entry string, models llmrate.ModelLimits, sec int, admitted bool) {
+	name, lim := entry, r.Limits
+	if entry == "" {
+		name = DefaultBuckets
+	} else {
+		lim = models[entry].Free
+	}
+	if r.PerModel == nil {
+		r.PerModel = map[string]*ModelStats{}
+	}
+	st := r.PerModel[name]
+	if st == nil {
+		st = &ModelStats{Limits: lim, AdmittedRPS: make([]float64, r.Seconds)}
+		r.PerModel[name] = st
+	}
+	st.Offered++
+	if admitted {
+		st.Admitted++
+		st.AdmittedRPS[sec]++
+	}
 }
 
 // Print writes the summary.
@@ -120,6 +168,13 @@ func (r *Result) Print(w io.Writer) {
 	}
 	if r.NeverFits > 0 {
 		fmt.Fprintf(w, "  never fit (larger than a whole bucket): %d\n", r.NeverFits)
+	}
+	if len(r.PerModel) > 0 {
+		fmt.Fprintln(w, "per model limit (requests: offered, admitted)")
+		for _, name := range sortedKeys(r.PerModel) {
+			st := r.PerModel[name]
+			fmt.Fprintf(w, "  %-20s %d, %d (%.1f%%)\n", name, st.Offered, st.Admitted, pct(st.Admitted, st.Offered))
+		}
 	}
 	if len(r.RetryAfter) > 0 {
 		fmt.Fprintln(w, "Retry-After (seconds: refusals)")

@@ -17,11 +17,16 @@ func rebin(v []float64, width int) []float64 {
 
 // SVG draws two panels, requests/s and tokens/s: offered (dashed grey),
 // admitted (blue) and the tier's sustained figure (dotted), averaged over
-// bins of a few seconds so a 100-per-minute rate reads as 1.67/s.
+// bins of a few seconds so a 100-per-minute rate reads as 1.67/s. With
+// model limits a third panel shows admitted requests/s per model limit,
+// each with its own sustained figure.
 func (r *Result) SVG() string {
 	const w, panelH, pad = 760, 220, 50
 	var b strings.Builder
 	h := 2*panelH + 3*pad
+	if len(r.PerModel) > 0 {
+		h += panelH + pad + 60
+	}
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
 	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14">%s</text>`+"\n", pad, escape(r.Title))
@@ -66,6 +71,9 @@ func (r *Result) SVG() string {
 	panel(pad+20, fmt.Sprintf("requests per second (%ds averages)", width), r.OfferedRPS, r.AdmittedRPS, float64(r.Limits.RequestsPerMinute)/60)
 	panel(2*pad+panelH+20, fmt.Sprintf("tokens per second (%ds averages)", width), r.OfferedTPS, r.AdmittedTPS, float64(r.Limits.TokensPerMinute)/60)
 	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#666">offered</text><text x="%d" y="%d" fill="#1f6feb">admitted</text>`+"\n", w-170, 20, w-100, 20)
+	if len(r.PerModel) > 0 {
+		r.modelPanel(&b, 3*pad+2*panelH+40, w, panelH, pad, width)
+	}
 	b.WriteString("</svg>\n")
 	return b.String()
 }
@@ -92,4 +100,47 @@ func trim(v float64) string {
 
 func escape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+var modelColors = []string{"#1f6feb", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#0a3069", "#a40e26", "#116329"}
+
+// modelPanel draws admitted requests/s per model limit (solid) and each
+// limit's sustained figure (dotted, same colour), with a legend.
+func (r *Result) modelPanel(b *strings.Builder, top, w, panelH, pad, width int) {
+	names := sortedKeys(r.PerModel)
+	maxY := 0.0
+	series := make([][]float64, len(names))
+	for i, name := range names {
+		st := r.PerModel[name]
+		series[i] = rebin(st.AdmittedRPS, width)
+		maxY = math.Max(maxY, float64(st.Limits.RequestsPerMinute)/60*1.2)
+		for _, v := range series[i] {
+			maxY = math.Max(maxY, v)
+		}
+	}
+	maxY = niceCeil(math.Max(maxY, 0.1))
+	x0, y0, pw := pad, top+panelH, w-2*pad
+	fmt.Fprintf(b, `<text x="%d" y="%d">admitted requests per second by model limit (%ds averages; dotted: sustained figure)</text>`+"\n", x0, top-8, width)
+	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0, y0, x0+pw, y0)
+	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0, top, x0, y0)
+	for i := 0; i <= 4; i++ {
+		y := y0 - i*panelH/4
+		fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0-4, y+4, trim(maxY*float64(i)/4))
+		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#eee"/>`+"\n", x0+1, y, x0+pw, y)
+	}
+	for i, name := range names {
+		color := modelColors[i%len(modelColors)]
+		st := r.PerModel[name]
+		ys := float64(y0) - float64(panelH)*float64(st.Limits.RequestsPerMinute)/60/maxY
+		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-dasharray="2,3"/>`+"\n", x0, ys, x0+pw, ys, color)
+		var pts []string
+		n := len(series[i])
+		for j, v := range series[i] {
+			x := float64(x0) + float64(pw)*(float64(j)+0.5)/float64(max(n, 1))
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, float64(y0)-float64(panelH)*v/maxY))
+		}
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", color, strings.Join(pts, " "))
+		fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s">%s: %d of %d admitted</text>`+"\n", x0+8+(i%3)*220, y0+20+(i/3)*16, color,
+			escape(name), st.Admitted, st.Offered)
+	}
 }
