@@ -24,11 +24,12 @@ import (
 type ModelLimits map[string]TierTable
 
 // WithModel sets where a request's model name comes from, e.g.
-// ModelFromBody(). Default: none (every request spends the default
-// buckets). An empty name means the request names no model. An error from e
-// refuses the request with 400 (code "invalid_model"), as bad client input;
-// an extractor for which "no model" is not an error returns "", nil. nil is
-// an error.
+// ModelFromBody(), for WithModelLimits (without model limits it is never
+// called). Default: none (every request spends the default buckets). An
+// empty name means the request names no model. An error from e refuses the
+// request with 400 (code "invalid_model"), as bad client input; an
+// extractor for which "no model" is not an error returns "", nil. A panic
+// in e fails the request open. nil is an error.
 func WithModel(e Extractor) Option {
 	return optionFunc(func(c *config) {
 		if e == nil {
@@ -38,8 +39,8 @@ func WithModel(e Extractor) Option {
 	})
 }
 
-// WithModelLimits sets per-model figures (see ModelLimits). It applies only
-// with WithModel, which says where the model name comes from. Every name
+// WithModelLimits sets per-model figures (see ModelLimits). It needs
+// WithModel, which says where the model name comes from. Every name
 // must be non-empty, with "*" at most once and only last; every figure in
 // [1, MaxPerMinute]. Default: none.
 //
@@ -130,7 +131,7 @@ func (t *modelTable) match(model string) (name string, tt TierTable, ok bool) {
 // status refuses the request as bad client input; fault is set when the
 // extractor panicked (the request then fails open).
 func (l *Limiter) identifyModel(r *http.Request, a *admission) (status int, code, msg string, fault error) {
-	if l.cfg.model == nil {
+	if l.models == nil {
 		return 0, "", "", nil
 	}
 	defer func() {

@@ -206,6 +206,9 @@ func newConfig(opts []Option) (*config, error) {
 	} else {
 		c.models = m
 	}
+	if c.models != nil && c.model == nil {
+		c.fail("WithModelLimits", errors.New("needs WithModel: no request would name a model"))
+	}
 	if c.headers > HeadersIETF {
 		c.fail("WithRateLimitHeaders", errors.New("unknown header style"))
 	}

@@ -64,6 +64,10 @@ func TestModelLimitsValidated(t *testing.T) {
 	}
 	_, err := llmrate.New(llmrate.WithModel(modelHeaderExtractor), llmrate.WithModelLimits(llmrate.ModelLimits{"*": good, "gpt-4o*": good, "gpt-4o": good}))
 	assert.NoError(t, err)
+	_, err = llmrate.New(llmrate.WithModelLimits(llmrate.ModelLimits{"gpt-4o": good}))
+	var ce *llmrate.ConfigError
+	require.ErrorAs(t, err, &ce, "model limits without WithModel")
+	assert.ErrorContains(t, err, "needs WithModel")
 	for name, o := range map[string]llmrate.Option{"WithModel": llmrate.WithModel(nil), "WithOverrides": llmrate.WithOverrides(nil)} {
 		_, err := llmrate.New(o)
 		var ce *llmrate.ConfigError
@@ -132,12 +136,13 @@ func TestModelRefusalMessageAndHeaders(t *testing.T) {
 
 func TestModelBadExtractor(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, okHandler, llmrate.WithModel(func(*http.Request) (string, error) { return "", errors.New("unreadable") }))
+	models := llmrate.WithModelLimits(llmrate.ModelLimits{"o3": uniform(llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 10})})
+	h := newHarness(t, okHandler, models, llmrate.WithModel(func(*http.Request) (string, error) { return "", errors.New("unreadable") }))
 	w := h.send("sk-x", 0)
 	require.Equal(t, http.StatusBadRequest, w.Code)
 	assert.Equal(t, "invalid_model", decodeErr(t, w).Error.Code)
 
-	h = newHarness(t, okHandler, llmrate.WithModel(func(*http.Request) (string, error) { panic("boom") }))
+	h = newHarness(t, okHandler, models, llmrate.WithModel(func(*http.Request) (string, error) { panic("boom") }))
 	assert.Equal(t, http.StatusOK, h.send("sk-x", 0).Code, "a panicking extractor fails open")
 	assert.Equal(t, int64(1), h.lim.FailOpens())
 }

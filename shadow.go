@@ -16,6 +16,10 @@ import (
 // reconciled (a refusal debits nothing), so the buckets evolve exactly as
 // they would under enforcement: what shadow mode reports is what
 // enforcement would do. ShadowRefusals counts the refusals let through.
+//
+// Shadow mode lets through what the limits would refuse, not bad client
+// input: a request without an API key still gets its 401 (the limiter
+// cannot tell whose allowance it would spend).
 func WithShadow() Option {
 	return optionFunc(func(c *config) { c.shadow = true })
 }
