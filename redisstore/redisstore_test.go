@@ -411,7 +411,8 @@ func TestOptionsValidated(t *testing.T) {
 // (allowed, refused bucket, Retry-After to the second, never-fits, the four
 // remaining levels) from Redis as from the memory store, solo and with a
 // separate workspace, unbatched and batched. Clock readings are whole
-// microseconds, the Redis scripts' unit. A failure names its seed and step.
+// microseconds, the Redis scripts' unit. Requests name model entries at
+// random, each with buckets of its own. A failure names its seed and step.
 func TestMatchesMemoryStore(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
@@ -457,7 +458,8 @@ func TestMatchesMemoryStore(t *testing.T) {
 						}
 					}
 					est := 1 + rng.Int64N(3*kl.TokensPerMinute)
-					req := llmrate.AdmitRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Tokens: est, Solo: solo, Now: now}
+					model := []string{"", "", "gpt-4o*", "o3"}[rng.IntN(4)] // each with buckets of its own
+					req := llmrate.AdmitRequest{Key: key, Workspace: ws, Model: model, KeyLimits: kl, WorkspaceLimits: wl, Tokens: est, Solo: solo, Now: now}
 					want, err := mem.Admit(ctx, req)
 					require.NoError(t, err)
 					got, err := rs.Admit(ctx, req)
@@ -473,7 +475,7 @@ func TestMatchesMemoryStore(t *testing.T) {
 					if rng.IntN(20) == 0 {
 						actual = 1 << 40
 					}
-					rec := llmrate.ReconcileRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Estimate: est, Actual: actual, Solo: solo, Now: now}
+					rec := llmrate.ReconcileRequest{Key: key, Workspace: ws, Model: model, KeyLimits: kl, WorkspaceLimits: wl, Estimate: est, Actual: actual, Solo: solo, Now: now}
 					require.NoError(t, mem.Reconcile(ctx, rec))
 					require.NoError(t, rs.Reconcile(ctx, rec))
 				}
