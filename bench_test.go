@@ -259,4 +259,12 @@ func TestAdmitHotPathAllocs(t *testing.T) {
 		_ = s.Reconcile(ctx, llmrate.ReconcileRequest{Key: req.Key, Workspace: req.Workspace, KeyLimits: req.KeyLimits, WorkspaceLimits: req.WorkspaceLimits, Estimate: 1, Actual: 2, Now: req.Now})
 	})
 	assert.Zero(t, allocs, "allocations per admission+reconcile of a known key")
+
+	req.Model = "gpt-4o*" // a model entry's buckets: one more hash, no allocation
+	_, _ = s.Admit(ctx, req)
+	allocs = testing.AllocsPerRun(1000, func() {
+		_, _ = s.Admit(ctx, req)
+		_ = s.Reconcile(ctx, llmrate.ReconcileRequest{Key: req.Key, Workspace: req.Workspace, Model: req.Model, KeyLimits: req.KeyLimits, WorkspaceLimits: req.WorkspaceLimits, Estimate: 1, Actual: 2, Now: req.Now})
+	})
+	assert.Zero(t, allocs, "allocations per admission+reconcile of a known key on a model entry")
 }
