@@ -263,6 +263,24 @@ func Run(t *testing.T, f Factory) {
 		assert.Equal(t, int64(2*llmrate.MaxPerMinute-1), r.remTok, "years later: exactly full")
 	})
 	t.Run("Models", func(t *testing.T) { runModels(t, f) })
+	t.Run("OverrideChangeKeepsLevel", func(t *testing.T) {
+		var rpm atomic.Int64
+		rpm.Store(10)
+		over := llmrate.OverrideResolverFunc(func(_ context.Context, ws string) (llmrate.Limits, bool) {
+			return llmrate.Limits{RequestsPerMinute: rpm.Load(), TokensPerMinute: 1000}, ws == "sk-o"
+		})
+		e := newEnv(t, f, llmrate.WithOverrides(over))
+		for range 5 {
+			require.Equal(t, http.StatusOK, e.send("sk-o", 0, -1).code)
+		}
+		rpm.Store(3)
+		assert.Equal(t, 6, e.burst("sk-o", 20), "15 left, clamped to the new capacity of 6")
+		rpm.Store(10)
+		assert.Equal(t, 0, e.burst("sk-o", 5), "no reset and no free refill on raising it")
+		e.clock.Advance(6 * time.Second) // 10/min: one per 6 s
+		assert.Equal(t, 1, e.burst("sk-o", 5))
+		assert.Equal(t, 200, e.burst("sk-x", 1000), "a workspace without an override keeps its tier")
+	})
 	t.Run("ShadowMatchesEnforcement", func(t *testing.T) { runShadow(t, f) })
 	t.Run("Concurrent250", func(t *testing.T) {
 		e := newEnv(t, f)
