@@ -124,21 +124,21 @@ func replay(r *http.Request, buf []byte, err error) {
 	default:
 		rest = errReader{err}
 	}
-	rb := &replayBody{head: bytes.NewReader(buf), rest: rest, Closer: orig}
-	r.Body = rb
+	r.Body = &replayBody{head: buf, rest: rest, Closer: orig}
 }
 
 // replayBody is a request body whose first bytes were read ahead.
 type replayBody struct {
-	head *bytes.Reader
+	head []byte    // read ahead, not yet replayed
 	rest io.Reader // nil: the body had ended
 	io.Closer
 }
 
 func (b *replayBody) Read(p []byte) (int, error) {
-	if b.head.Len() > 0 {
-		n, _ := b.head.Read(p)
-		if b.head.Len() == 0 && b.rest == nil {
+	if len(b.head) > 0 {
+		n := copy(p, b.head)
+		b.head = b.head[n:]
+		if len(b.head) == 0 && b.rest == nil {
 			return n, io.EOF
 		}
 		return n, nil
