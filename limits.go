@@ -32,7 +32,8 @@ type limitRow struct {
 // workspace with an override (WithOverrides) gets the override's figures,
 // whatever its tier. With WithModelLimits the answer adds "models": each
 // entry's figures for the caller's tier, by entry name as configured (null
-// on Enterprise).
+// on Enterprise). An invalid override, or a panicking resolver, is a fault:
+// 500, counted in FailOpens and logged, never a guess.
 func (l *Limiter) LimitsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
