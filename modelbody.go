@@ -19,7 +19,8 @@ const MaxModelBody = 1 << 20
 // way LLM APIs carry it: the top-level "model" string of a JSON request body
 // (OpenAI, Anthropic, Mistral, …), else, for Gemini-style paths
 // (/v1beta/models/gemini-2.5-flash:streamGenerateContent), the path segment
-// after "models/" up to ":". It never returns an error: a request that
+// after "models/" up to ":" (a segment without ":", as in OpenAI's
+// /v1/models/gpt-4o, names none). It never returns an error: a request that
 // names no model this way gives "".
 //
 // The body is read ahead, not consumed: the next handler (a
@@ -49,20 +50,23 @@ func modelFromBody(r *http.Request) (string, error) {
 	return "", nil
 }
 
-// modelInPath returns the path segment after "models/" up to ":" (or the
-// segment's end), e.g. "gemini-2.5-flash" for
-// /v1beta/models/gemini-2.5-flash:streamGenerateContent.
+// modelInPath returns the path segment after "models/" up to ":", e.g.
+// "gemini-2.5-flash" for /v1beta/models/gemini-2.5-flash:streamGenerateContent
+// (Vertex AI's .../publishers/google/models/<model>:<method> too). A
+// segment without ":" names no model: /v1/models/gpt-4o is OpenAI's
+// retrieve-model call, not a use of the model.
 func modelInPath(p string) string {
 	const seg = "/models/"
-	i := strings.Index(p, seg)
+	i := strings.LastIndex(p, seg)
 	if i < 0 {
 		return ""
 	}
 	m := p[i+len(seg):]
-	if j := strings.IndexAny(m, ":/"); j >= 0 {
-		m = m[:j]
+	j := strings.IndexByte(m, ':')
+	if j < 0 || strings.IndexByte(m[:j], '/') >= 0 {
+		return ""
 	}
-	return m
+	return m[:j]
 }
 
 // modelInBody reads the body ahead (restoring it) and finds its model.

@@ -67,6 +67,9 @@ func TestModelFromBody(t *testing.T) {
 		{"gemini path", "/v1beta/models/gemini-2.5-flash:streamGenerateContent", `{"contents":[]}`, "gemini-2.5-flash"},
 		{"gemini path, no body", "/v1beta/models/gemini-2.0-pro:generateContent", ``, "gemini-2.0-pro"},
 		{"body wins over path", "/v1/models/x:y", `{"model":"gpt-4o"}`, "gpt-4o"},
+		{"vertex path", "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro:generateContent", ``, "gemini-2.5-pro"},
+		{"retrieve-model call", "/v1/models/gpt-4o", ``, ""},
+		{"colon past the segment", "/v1/models/gpt-4o/x:y", ``, ""},
 		{"empty", "/v1/chat/completions", ``, ""},
 	}
 	for _, c := range cases {
