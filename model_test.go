@@ -196,7 +196,9 @@ func (m *model) reconcile(key, ws, name string, est, actual int64, now time.Time
 // model-limits entries), tier switches and override changes (some invalid)
 // against the real limiter and the reference model; every decision and
 // Retry-After must match, and a request under an invalid override must
-// pass unchecked and leave every bucket as it was. A failure names its seed: rerun with LLMRATE_MODEL_SEED=<seed>.
+// pass unchecked and leave every bucket as it was. The same sequence runs
+// through a shadow limiter too: its decisions must match the reference's
+// (and so enforcement's) one by one while it refuses nothing. A failure names its seed: rerun with LLMRATE_MODEL_SEED=<seed>.
 func TestModelBased(t *testing.T) {
 	t.Parallel()
 	seeds := 2000
@@ -240,28 +242,38 @@ func runModelSequence(seed uint64, solo bool, decisions *atomic.Int64) error {
 	clock := newFakeClock()
 	var tiers sync2Map
 	res := llmrate.TierResolverFunc(func(_ context.Context, ws string) (llmrate.Tier, bool) { return tiers.get(ws) })
-	provider := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		d, _ := strconv.ParseInt(req.Header.Get("X-Delay"), 10, 64)
-		clock.Advance(time.Duration(d)) // the response takes this long
-		w.Header().Set("Content-Type", "application/json")
-		if u := req.Header.Get("X-Usage"); u != "" {
-			_, _ = fmt.Fprintf(w, `{"usage":{"prompt_tokens":%s,"completion_tokens":0}}`, u)
-			return
-		}
-		_, _ = io.WriteString(w, `{}`)
-	})
-	opts := []llmrate.Option{llmrate.WithTiers(tt), llmrate.WithClock(clock.Now), llmrate.WithTierResolver(res),
+	provider := func(clock *fakeClock) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			d, _ := strconv.ParseInt(req.Header.Get("X-Delay"), 10, 64)
+			clock.Advance(time.Duration(d)) // the response takes this long
+			w.Header().Set("Content-Type", "application/json")
+			if u := req.Header.Get("X-Usage"); u != "" {
+				_, _ = fmt.Fprintf(w, `{"usage":{"prompt_tokens":%s,"completion_tokens":0}}`, u)
+				return
+			}
+			_, _ = io.WriteString(w, `{}`)
+		})
+	}
+	opts := []llmrate.Option{llmrate.WithTiers(tt), llmrate.WithTierResolver(res),
 		llmrate.WithModel(modelHeaderExtractor), llmrate.WithModelLimits(m.models), llmrate.WithOverrides(overrides)}
 	keys := [][2]string{{"k1", "k1"}, {"k2", "k2"}, {"k3", "k3"}}
 	if !solo {
 		opts = append(opts, llmrate.WithWorkspace(func(req *http.Request) (string, error) { return req.Header.Get("X-WS"), nil }))
 		keys = [][2]string{{"k1", "A"}, {"k2", "A"}, {"k3", "B"}}
 	}
-	l, err := llmrate.New(opts...)
+	l, err := llmrate.New(append(opts, llmrate.WithClock(clock.Now))...)
 	if err != nil {
 		return err
 	}
-	h := l.Middleware(provider)
+	h := l.Middleware(provider(clock))
+	// The same sequence runs through a shadow limiter on its own clock: it
+	// must decide exactly as the reference does, and refuse nothing.
+	sclock, shadowed := newFakeClock(), &recorder{}
+	ls, err := llmrate.New(append(opts, llmrate.WithClock(sclock.Now), llmrate.WithShadow(), llmrate.WithObserver(shadowed))...)
+	if err != nil {
+		return err
+	}
+	hs := ls.Middleware(provider(sclock))
 	for step := range 60 {
 		switch op := r.IntN(10); {
 		case op < 2: // move the clock, sometimes backwards
@@ -273,6 +285,7 @@ func runModelSequence(seed uint64, solo bool, decisions *atomic.Int64) error {
 				d = time.Duration(r.Int64N(int64(10 * time.Minute)))
 			}
 			clock.Advance(d)
+			sclock.Advance(d)
 		case op < 3: // switch a workspace's tier
 			ws := keys[r.IntN(len(keys))][1]
 			t := llmrate.Tier(r.IntN(6))
@@ -313,18 +326,41 @@ func runModelSequence(seed uint64, solo bool, decisions *atomic.Int64) error {
 				wantOK, wantRetry = m.admit(kw[0], kw[1], name, est, now)
 			}
 			fails := l.FailOpens()
-			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
-			req.Header.Set("X-Model", name)
-			req.ContentLength = cl
-			req.Header.Set("Authorization", "Bearer "+kw[0])
-			req.Header.Set("X-WS", kw[1])
-			req.Header.Set("X-Delay", strconv.FormatInt(int64(delay), 10))
-			if usage >= 0 {
-				req.Header.Set("X-Usage", strconv.FormatInt(usage, 10))
+			newReq := func() *http.Request {
+				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+				req.Header.Set("X-Model", name)
+				req.ContentLength = cl
+				req.Header.Set("Authorization", "Bearer "+kw[0])
+				req.Header.Set("X-WS", kw[1])
+				req.Header.Set("X-Delay", strconv.FormatInt(int64(delay), 10))
+				if usage >= 0 {
+					req.Header.Set("X-Usage", strconv.FormatInt(usage, 10))
+				}
+				return req
 			}
 			w := httptest.NewRecorder()
-			h.ServeHTTP(w, req)
+			h.ServeHTTP(w, newReq())
 			decisions.Add(1)
+			seen := len(shadowed.decisions)
+			ws := httptest.NewRecorder()
+			hs.ServeHTTP(ws, newReq())
+			if ws.Code != http.StatusOK {
+				return fmt.Errorf("step %d: shadow mode answered %d", step, ws.Code)
+			}
+			// A would-be refusal reached the provider, whose response took
+			// time: keep the shadow clock on the enforcing one's.
+			sclock.Advance(clock.Now().Sub(sclock.Now()))
+			switch {
+			case failOpen && len(shadowed.decisions) != seen:
+				return fmt.Errorf("step %d: shadow mode decided under an invalid override", step)
+			case !failOpen && len(shadowed.decisions) != seen+1:
+				return fmt.Errorf("step %d: shadow mode made %d decisions", step, len(shadowed.decisions)-seen)
+			case !failOpen:
+				d := shadowed.decisions[seen]
+				if d.Allowed != wantOK || !d.Allowed && d.RetryAfter != time.Duration(wantRetry)*time.Second {
+					return fmt.Errorf("step %d: shadow decided %v (Retry-After %v), model says %v (%d s)", step, d.Allowed, d.RetryAfter, wantOK, wantRetry)
+				}
+			}
 			gotOK := w.Code == http.StatusOK
 			if gotOK != wantOK {
 				return fmt.Errorf("step %d: %s/%s est %d: admitted=%v, model says %v", step, kw[1], kw[0], est, gotOK, wantOK)
