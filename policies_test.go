@@ -392,3 +392,16 @@ func TestShadow(t *testing.T) {
 	lv := store.Levels("sk-s", "sk-s", tiny.Free, tiny.Free, h.clock.Now())
 	assert.Equal(t, [4]int64{0, 2000 - 4*100, 0, 2000 - 4*100}, lv, "only the admitted requests were debited and reconciled")
 }
+
+// ModelLevels reads a model entry's buckets, apart from the default ones.
+func TestMemoryStoreModelLevels(t *testing.T) {
+	t.Parallel()
+	store := llmrate.NewMemoryStore()
+	lim := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1000}
+	h := newHarness(t, usageHandler(300, 200), llmrate.WithStore(store), llmrate.WithModel(modelHeaderExtractor),
+		llmrate.WithModelLimits(llmrate.ModelLimits{"gpt-4o*": uniform(lim)}))
+	require.Equal(t, http.StatusOK, h.sendAs("sk-l", "", "gpt-4o-mini", 4*100).Code)
+	free := llmrate.DefaultTiers().Free
+	assert.Equal(t, [4]int64{19, 1500, 19, 1500}, store.ModelLevels("sk-l", "sk-l", "gpt-4o*", lim, lim, h.clock.Now()), "charged 500, in the entry's buckets")
+	assert.Equal(t, [4]int64{200, 400_000, 200, 400_000}, store.Levels("sk-l", "sk-l", free, free, h.clock.Now()), "the default buckets are untouched")
+}
