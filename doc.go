@@ -22,7 +22,7 @@
 // The tokens buckets are debited an estimate up front (Content-Length/4,
 // floor 1; see WithEstimator). After the response, the estimate is replaced
 // by the provider's reported input+output tokens, found in the JSON or SSE
-// body as it streams by (see UsageScanner): over-estimates are credited
+// body as it streams by (see package usage): over-estimates are credited
 // back, under-estimates debited forward. Requests buckets never reconcile.
 //
 // A refused request gets an OpenAI-shaped 429 with Retry-After = the whole

@@ -100,21 +100,6 @@ func ExampleWithRateLimitHeaders() {
 	// X-Ratelimit-Remaining-Tokens: 399995
 }
 
-// The scanner finds a stream's usage as it passes, whatever the write
-// boundaries.
-func ExampleNewUsageScanner() {
-	s := llmrate.NewUsageScanner("text/event-stream", "")
-	stream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":40,\"output_tokens\":1}}}\n\n" +
-		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":25}}\n\n"
-	for i := 0; i < len(stream); i += 7 {
-		_, _ = s.Write([]byte(stream[i:min(i+7, len(stream))]))
-	}
-	u, ok := s.Finish()
-	fmt.Println(ok, u.InputTokens, u.OutputTokens)
-	// Output:
-	// true 40 25
-}
-
 // An Observer sees every decision; here, a refusal's bucket and wait.
 func ExampleWithObserver() {
 	obs := &printObserver{}

@@ -272,18 +272,18 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		l.trackers.Put(t)
 	}()
 	t.endBody()
-	u, found, pending, seen := t.scanned()
-	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || pending
+	res := t.scanned()
+	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || res.PendingEvent
 	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: a.est, Cut: cut}
 	switch {
-	case found && !cut:
-		ev.Kind, ev.Actual, ev.Reported = ReconcileUsage, u.Total(), u
-	case found:
-		ev.Kind, ev.Actual, ev.Reported = ReconcilePartial, u.Total(), u
+	case res.Reported && !cut:
+		ev.Kind, ev.Actual, ev.Reported = ReconcileUsage, res.Usage.Total(), res.Usage
+	case res.Reported:
+		ev.Kind, ev.Actual, ev.Reported = ReconcilePartial, res.Usage.Total(), res.Usage
 	default:
 		ev.Kind = ReconcileEstimated
 		if cut {
-			ev.Actual = satAdd(a.est, seen/4)
+			ev.Actual = satAdd(a.est, res.Bytes/4)
 		}
 	}
 	if ev.Actual != a.est {

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/felixge/httpsnoop"
+	"github.com/llmrate/llmrate/usage"
 )
 
 // tracker wraps one admitted request's ResponseWriter (with httpsnoop, so
@@ -21,14 +22,14 @@ type tracker struct {
 	w       http.ResponseWriter
 	head    bool // HEAD request: no body
 	wrapped http.ResponseWriter
-	scan    UsageScanner
+	scan    usage.Scanner
 
 	headerDone bool
 	writeErr   bool
 	hijacked   bool
 	inject     bool // WithStreamUsage rewrote the request
 	filtering  bool // ...and the response is the SSE stream to filter
-	filter     usageFilter
+	filter     usage.Filter
 
 	nextWriteHeader httpsnoop.WriteHeaderFunc
 	nextWrite       httpsnoop.WriteFunc
@@ -36,8 +37,9 @@ type tracker struct {
 	nextReadFrom    httpsnoop.ReadFromFunc
 	nextHijack      httpsnoop.HijackFunc
 
-	hooks httpsnoop.Hooks
-	tee   teeReader
+	hooks   httpsnoop.Hooks
+	tee     teeReader
+	forward func([]byte) (int, error) // the filter's output: the Write next in line at the time of the call
 }
 
 type teeReader struct {
@@ -56,6 +58,7 @@ func (r *teeReader) Read(p []byte) (int, error) {
 func newTracker(l *Limiter) *tracker {
 	t := &tracker{l: l}
 	t.tee.t = t
+	t.forward = func(b []byte) (int, error) { return t.nextWrite(b) }
 	writeHeader, write, writeString, readFrom, hijack := t.writeHeader, t.write, t.writeString, t.readFrom, t.hijack
 	t.hooks = httpsnoop.Hooks{
 		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
@@ -90,8 +93,12 @@ func (t *tracker) start(w http.ResponseWriter, r *http.Request, a *admission) {
 	t.wrapped = httpsnoop.Wrap(w, t.hooks)
 }
 
-// release drops references so a pooled tracker holds no request state.
+// release drops references so a pooled tracker holds no request state, and
+// closes the scanner (joining a gzip decoder's goroutine, should the
+// response have ended without finish reaching the scanner).
 func (t *tracker) release() {
+	t.scan.Close()
+	t.filter.Reset(nil, nil)
 	t.w, t.wrapped = nil, nil
 	t.nextWriteHeader, t.nextWrite, t.nextWriteString, t.nextReadFrom, t.nextHijack = nil, nil, nil, nil, nil
 	t.a = admission{}
@@ -111,19 +118,23 @@ func (t *tracker) beginBody(code int) {
 	if !t.head && code != http.StatusNoContent && code != http.StatusNotModified {
 		ct, ce = headerGet(h, "Content-Type"), headerGet(h, "Content-Encoding")
 	}
-	t.scan.reset(ct, ce)
-	t.filtering = t.inject && code == http.StatusOK && ce == "" && t.scan.frame == frameSSE
+	t.scan.Reset(ct, ce)
+	t.filtering = t.inject && code == http.StatusOK && ce == "" && t.scan.Framing() == usage.FramingSSE
+	if t.filtering {
+		// The body may lose its usage-only chunk: a length declared
+		// upstream would no longer hold.
+		h.Del("Content-Length")
+		t.filter.Reset(&t.scan, t.forward)
+	}
 }
 
-// scanned returns the usage the response reported, whether it stopped in
-// the middle of an SSE event, and the body bytes seen; a response whose
-// body never began reported nothing.
-func (t *tracker) scanned() (u Usage, found, pending bool, n int64) {
+// scanned returns what the response's body held; a response whose body
+// never began held nothing.
+func (t *tracker) scanned() usage.Result {
 	if !t.headerDone {
-		return Usage{}, false, false, 0
+		return usage.Result{}
 	}
-	u, found = t.scan.Finish()
-	return u, found, t.scan.PendingEvent(), t.scan.Bytes()
+	return t.scan.Finish()
 }
 
 func (t *tracker) writeHeader(code int) {
@@ -138,12 +149,11 @@ func (t *tracker) write(b []byte) (int, error) {
 		t.beginBody(http.StatusOK)
 	}
 	if t.filtering {
-		_, _ = t.scan.Write(b)
-		if err := t.filter.write(b, t.nextWrite); err != nil {
+		n, err := t.filter.Write(b)
+		if err != nil {
 			t.writeErr = true
-			return 0, err
 		}
-		return len(b), nil
+		return n, err
 	}
 	n, err := t.nextWrite(b)
 	if n > 0 {
@@ -192,10 +202,9 @@ func (t *tracker) readFrom(src io.Reader) (int64, error) {
 // stream still holds.
 func (t *tracker) endBody() {
 	if t.filtering && !t.hijacked {
-		t.filter.flush(t.nextWrite)
+		_ = t.filter.Flush()
 	}
-	t.filter.held = t.filter.held[:0]
-	t.filter.passing = false
+	t.filter.Reset(nil, nil)
 }
 
 type writerFunc func([]byte) (int, error)

@@ -1,18 +1,20 @@
-package llmrate_test
+package usage_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"regexp"
 	"strconv"
+	"strings"
 
-	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/usage"
 )
 
 // This file is an obviously-correct reference for the usage rules of
-// testdata/usage/README.md, written on encoding/json: it decodes whole
-// documents into maps and reads the fixed paths. The streaming scanner must
-// agree with it on every input.
+// testdata/usage/README.md (at the module root), written on encoding/json:
+// it decodes whole documents into maps and reads the fixed paths, and walks
+// their tokens for generated text. The streaming scanner must agree with it
+// on every input.
 
 var plainInt = regexp.MustCompile(`^[0-9]+$`)
 
@@ -39,25 +41,36 @@ func refRead(m map[string]any, name string) refField {
 }
 
 type refAcc struct {
-	any  bool
-	kept map[string]int64 // "style.field" → value
-	out  map[string]bool
+	any   bool
+	final bool             // a report other than Anthropic's message_start was accepted
+	kept  map[string]int64 // "style.field" → value
+	out   map[string]bool
+	gen   int64 // generated text bytes
+}
+
+// refResult is what the reference finds in a body.
+type refResult struct {
+	usage         usage.Usage
+	reported      bool
+	inputReported bool
+	final         bool
+	gen           int64
 }
 
 // commit applies one report: names are "kept-name=field" pairs read from m
 // (or from sub, for Cohere); output marks the output fields.
-func (a *refAcc) commit(fields map[string]refField, output map[string]bool) {
+func (a *refAcc) commit(fields map[string]refField, output map[string]bool) bool {
 	n := 0
 	for _, f := range fields {
 		if f.bad {
-			return
+			return false
 		}
 		if f.present {
 			n++
 		}
 	}
 	if n == 0 {
-		return
+		return false
 	}
 	for k, f := range fields {
 		if f.present {
@@ -66,6 +79,7 @@ func (a *refAcc) commit(fields map[string]refField, output map[string]bool) {
 		}
 	}
 	a.any = true
+	return true
 }
 
 func asObj(v any) (map[string]any, bool) {
@@ -73,10 +87,10 @@ func asObj(v any) (map[string]any, bool) {
 	return m, ok
 }
 
-func (a *refAcc) report(v any, cohereOnly bool) {
+func (a *refAcc) report(v any, cohereOnly bool) bool {
 	r, ok := asObj(v)
 	if !ok {
-		return
+		return false
 	}
 	tok, tokOK := asObj(r["tokens"])
 	bill, billOK := asObj(r["billed_units"])
@@ -93,7 +107,7 @@ func (a *refAcc) report(v any, cohereOnly bool) {
 		if src == nil {
 			src = map[string]any{}
 		}
-		a.commit(map[string]refField{"co.in": refRead(src, "input_tokens"), "co.out": refRead(src, "output_tokens")}, map[string]bool{"co.out": true})
+		return a.commit(map[string]refField{"co.in": refRead(src, "input_tokens"), "co.out": refRead(src, "output_tokens")}, map[string]bool{"co.out": true})
 	case cohereOnly:
 	case has("inputTokens") || has("outputTokens"):
 		cr := refRead(r, "cacheReadInputTokens")
@@ -104,12 +118,13 @@ func (a *refAcc) report(v any, cohereOnly bool) {
 		if !cw.present {
 			cw = refRead(r, "cacheWriteInputTokenCount")
 		}
-		a.commit(map[string]refField{"br.in": refRead(r, "inputTokens"), "br.cr": cr, "br.cw": cw, "br.out": refRead(r, "outputTokens")}, map[string]bool{"br.out": true})
+		return a.commit(map[string]refField{"br.in": refRead(r, "inputTokens"), "br.cr": cr, "br.cw": cw, "br.out": refRead(r, "outputTokens")}, map[string]bool{"br.out": true})
 	case has("input_tokens") || has("output_tokens"):
-		a.commit(map[string]refField{"an.in": refRead(r, "input_tokens"), "an.cc": refRead(r, "cache_creation_input_tokens"), "an.cr": refRead(r, "cache_read_input_tokens"), "an.out": refRead(r, "output_tokens")}, map[string]bool{"an.out": true})
+		return a.commit(map[string]refField{"an.in": refRead(r, "input_tokens"), "an.cc": refRead(r, "cache_creation_input_tokens"), "an.cr": refRead(r, "cache_read_input_tokens"), "an.out": refRead(r, "output_tokens")}, map[string]bool{"an.out": true})
 	case has("prompt_tokens") || has("completion_tokens"):
-		a.commit(map[string]refField{"oa.in": refRead(r, "prompt_tokens"), "oa.out": refRead(r, "completion_tokens")}, map[string]bool{"oa.out": true})
+		return a.commit(map[string]refField{"oa.in": refRead(r, "prompt_tokens"), "oa.out": refRead(r, "completion_tokens")}, map[string]bool{"oa.out": true})
 	}
+	return false
 }
 
 func (a *refAcc) doc(data []byte) {
@@ -125,44 +140,103 @@ func (a *refAcc) doc(data []byte) {
 	if !json.Valid(data) {
 		return
 	}
+	a.gen += refGen(data)
 	d, ok := asObj(v)
 	if !ok {
 		return
 	}
-	if xg, ok := asObj(d["x_groq"]); ok {
-		a.report(xg["usage"], false)
+	final := func(accepted bool) {
+		a.final = a.final || accepted
 	}
-	a.report(d["usage"], false)
+	if xg, ok := asObj(d["x_groq"]); ok {
+		final(a.report(xg["usage"], false))
+	}
+	final(a.report(d["usage"], false))
 	typ, _ := d["type"].(string)
 	if typ == "message_start" {
 		if m, ok := asObj(d["message"]); ok {
-			a.report(m["usage"], false)
+			a.report(m["usage"], false) // partial by definition
 		}
 	}
 	if len(typ) >= 9 && typ[:9] == "response." {
 		if m, ok := asObj(d["response"]); ok {
-			a.report(m["usage"], false)
+			final(a.report(m["usage"], false))
 		}
 	}
 	if typ == "message-end" {
 		if m, ok := asObj(d["delta"]); ok {
-			a.report(m["usage"], false)
+			final(a.report(m["usage"], false))
 		}
 	}
-	a.report(d["meta"], true)
+	final(a.report(d["meta"], true))
 	if g, ok := asObj(d["usageMetadata"]); ok {
-		a.commit(map[string]refField{"ge.p": refRead(g, "promptTokenCount"), "ge.t": refRead(g, "toolUsePromptTokenCount"), "ge.c": refRead(g, "candidatesTokenCount"), "ge.th": refRead(g, "thoughtsTokenCount")}, map[string]bool{"ge.c": true, "ge.th": true})
+		final(a.commit(map[string]refField{"ge.p": refRead(g, "promptTokenCount"), "ge.t": refRead(g, "toolUsePromptTokenCount"), "ge.c": refRead(g, "candidatesTokenCount"), "ge.th": refRead(g, "thoughtsTokenCount")}, map[string]bool{"ge.c": true, "ge.th": true}))
 	}
 	if done, _ := d["done"].(bool); done {
-		a.commit(map[string]refField{"ol.in": refRead(d, "prompt_eval_count"), "ol.out": refRead(d, "eval_count")}, map[string]bool{"ol.out": true})
+		final(a.commit(map[string]refField{"ol.in": refRead(d, "prompt_eval_count"), "ol.out": refRead(d, "eval_count")}, map[string]bool{"ol.out": true}))
 	}
 }
 
-func (a *refAcc) result() (llmrate.Usage, bool) {
-	if !a.any {
-		return llmrate.Usage{}, false
+// refTextNames are the members whose string values are generated text.
+var refTextNames = map[string]bool{
+	"content": true, "text": true, "partial_json": true, "thinking": true, "arguments": true,
+	"delta": true, "reasoning_content": true, "reasoning": true, "refusal": true, "response": true,
+}
+
+// refGen returns the decoded bytes of the string values of members named
+// in refTextNames, at any depth, of one valid JSON document. It walks
+// encoding/json's tokens, so a repeated member counts every time.
+func refGen(data []byte) int64 {
+	type frame struct{ obj, key bool } // key: an object's next token is a member name
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var stack []frame
+	var n int64
+	named := false
+	afterValue := func() {
+		named = false
+		if t := len(stack) - 1; t >= 0 && stack[t].obj {
+			stack[t].key = true
+		}
 	}
-	var u llmrate.Usage
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return n
+		}
+		top := len(stack) - 1
+		if top >= 0 && stack[top].obj && stack[top].key {
+			if name, ok := tok.(string); ok {
+				named, stack[top].key = refTextNames[name], false
+				continue
+			}
+			stack = stack[:top] // '}'
+			afterValue()
+			continue
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{', '[':
+				stack = append(stack, frame{obj: v == '{', key: true})
+				named = false
+				continue
+			default: // ']'
+				stack = stack[:top]
+			}
+		case string:
+			if named {
+				n += int64(len(v))
+			}
+		}
+		afterValue()
+	}
+}
+
+func (a *refAcc) result() refResult {
+	r := refResult{reported: a.any, final: a.final, gen: a.gen}
+	if !a.any {
+		return r
+	}
 	sat := func(x, y int64) int64 {
 		if s := x + y; s >= x {
 			return s
@@ -171,12 +245,13 @@ func (a *refAcc) result() (llmrate.Usage, bool) {
 	}
 	for k, v := range a.kept {
 		if a.out[k] {
-			u.OutputTokens = sat(u.OutputTokens, v)
+			r.usage.OutputTokens = sat(r.usage.OutputTokens, v)
 		} else {
-			u.InputTokens = sat(u.InputTokens, v)
+			r.inputReported = true
+			r.usage.InputTokens = sat(r.usage.InputTokens, v)
 		}
 	}
-	return u, true
+	return r
 }
 
 func newRef() *refAcc { return &refAcc{kept: map[string]int64{}, out: map[string]bool{}} }
@@ -184,7 +259,7 @@ func newRef() *refAcc { return &refAcc{kept: map[string]int64{}, out: map[string
 // refJSONBody extracts usage from an application/json body. A top-level
 // array is a sequence of documents; complete elements before a break in the
 // array count (the README leaves this open; llmrate uses them).
-func refJSONBody(body []byte) (llmrate.Usage, bool) {
+func refJSONBody(body []byte) refResult {
 	a := newRef()
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
@@ -207,7 +282,7 @@ func refJSONBody(body []byte) (llmrate.Usage, bool) {
 
 // refSSEBody extracts usage from a text/event-stream body, framing it as the
 // WHATWG algorithm says, on the whole body at once.
-func refSSEBody(body []byte) (llmrate.Usage, bool) {
+func refSSEBody(body []byte) refResult {
 	a := newRef()
 	body = bytes.TrimPrefix(body, []byte("\xEF\xBB\xBF"))
 	var lines [][]byte
@@ -259,7 +334,7 @@ func refSSEBody(body []byte) (llmrate.Usage, bool) {
 }
 
 // refNDJSONBody extracts usage from an application/x-ndjson body.
-func refNDJSONBody(body []byte) (llmrate.Usage, bool) {
+func refNDJSONBody(body []byte) refResult {
 	a := newRef()
 	for _, line := range bytes.Split(body, []byte("\n")) {
 		if len(line) > 0 {
@@ -267,4 +342,17 @@ func refNDJSONBody(body []byte) (llmrate.Usage, bool) {
 		}
 	}
 	return a.result()
+}
+
+// refBody reads body as its Content-Type says (an already decoded body).
+func refBody(ct string, body []byte) refResult {
+	switch strings.ToLower(strings.TrimSpace(strings.SplitN(ct, ";", 2)[0])) {
+	case "application/json":
+		return refJSONBody(body)
+	case "text/event-stream":
+		return refSSEBody(body)
+	case "application/x-ndjson":
+		return refNDJSONBody(body)
+	}
+	return refResult{}
 }

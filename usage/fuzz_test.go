@@ -1,59 +1,59 @@
-package llmrate_test
+package usage_test
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
+	"unicode/utf8"
 
-	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/usage"
 )
-
-func scanAll(ct string, body []byte, split int) (llmrate.Usage, bool) {
-	s := llmrate.NewUsageScanner(ct, "")
-	for len(body) > 0 {
-		n := min(len(body), max(split, 1))
-		_, _ = s.Write(body[:n])
-		body = body[n:]
-	}
-	return s.Finish()
-}
 
 func addFixtureSeeds(f *testing.F, ct string) {
 	for _, fx := range loadFixtures(f) {
 		if fx.ContentType != ct || fx.ContentEncoding != "" {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(fixtureDir, fx.File))
-		if err != nil {
-			f.Fatal(err)
-		}
-		if len(b) <= 4<<10 { // larger ones make minimizing new inputs crawl
+		if b := readFixture(f, fx); len(b) <= 4<<10 { // larger ones make minimizing new inputs crawl
 			f.Add(b, uint8(7))
 		}
 	}
 }
 
-func checkAgainstRef(t *testing.T, ct string, body []byte, split uint8, ref func([]byte) (llmrate.Usage, bool)) {
+// agrees reports how got differs from the reference, or "" when it does
+// not. Generated text is compared on valid UTF-8 only: the scanner counts
+// a byte that is not UTF-8 as one, encoding/json as U+FFFD (three).
+func agrees(got usage.Result, want refResult, body []byte) string {
+	switch {
+	case got.Reported != want.reported || got.Usage != want.usage:
+		return "usage"
+	case got.Reported && (got.Final != want.final || got.InputReported != want.inputReported):
+		return "final/input flags"
+	case got.GeneratedBytes != want.gen && utf8.Valid(body):
+		return "generated text"
+	}
+	return ""
+}
+
+func checkAgainstRef(t *testing.T, ct string, body []byte, split uint8) {
 	t.Helper()
 	if len(body) > 16<<10 {
 		return // keeps the fuzzer fast; the fixture tests cover large bodies
 	}
-	wantU, wantOK := ref(body)
+	want := refBody(ct, body)
 	sizes := []int{len(body), int(split)}
 	if len(body) <= 4<<10 {
 		sizes = append(sizes, 1) // one byte at a time: small inputs only
 	}
 	for _, n := range sizes {
-		gotU, gotOK := scanAll(ct, body, n)
-		if gotOK != wantOK || gotU != wantU {
-			t.Fatalf("split %d: scanner (%v, %+v) != encoding/json reference (%v, %+v) for %q", n, gotOK, gotU, wantOK, wantU, body)
+		got := scan(ct, "", body, n)
+		if what := agrees(got, want, body); what != "" {
+			t.Fatalf("split %d: %s: scanner %+v != encoding/json reference %+v for %q", n, what, got, want, body)
 		}
 	}
 }
 
 // FuzzUsageJSON: the JSON scanner never panics and reports exactly what a
-// full encoding/json parse finds at the documented places, whatever the
-// write boundaries.
+// full encoding/json parse finds at the documented places, and the same
+// generated text, whatever the write boundaries.
 func FuzzUsageJSON(f *testing.F) {
 	addFixtureSeeds(f, "application/json")
 	for _, s := range []string{
@@ -68,11 +68,13 @@ func FuzzUsageJSON(f *testing.F) {
 		`{"message":{"usage":{"input_tokens":5}},"type":"message_start"}`,
 		`{"choices":[{"message":{"content":"{\"usage\":{\"prompt_tokens\":9}}"}}]}`,
 		`{"done":true,"prompt_eval_count":1,"eval_count":2}`,
+		`{"choices":[{"delta":{"content":"caf\u00e9 \ud83d\ude00 \ud800x \"q\" \n"}}]}`,
+		`{"content":"a","content":"b","x":{"text":["no"],"reasoning":"yes"}}`,
 	} {
 		f.Add([]byte(s), uint8(3))
 	}
 	f.Fuzz(func(t *testing.T, body []byte, split uint8) {
-		checkAgainstRef(t, "application/json", body, split, refJSONBody)
+		checkAgainstRef(t, "application/json", body, split)
 	})
 }
 
@@ -91,7 +93,7 @@ func FuzzUsageSSE(f *testing.F) {
 		f.Add([]byte(s), uint8(2))
 	}
 	f.Fuzz(func(t *testing.T, body []byte, split uint8) {
-		checkAgainstRef(t, "text/event-stream", body, split, refSSEBody)
+		checkAgainstRef(t, "text/event-stream", body, split)
 	})
 }
 
@@ -100,6 +102,6 @@ func FuzzUsageNDJSON(f *testing.F) {
 	addFixtureSeeds(f, "application/x-ndjson")
 	f.Add([]byte("{\"done\":false}\n{\"done\":true,\"eval_count\":3}\n"), uint8(4))
 	f.Fuzz(func(t *testing.T, body []byte, split uint8) {
-		checkAgainstRef(t, "application/x-ndjson", body, split, refNDJSONBody)
+		checkAgainstRef(t, "application/x-ndjson", body, split)
 	})
 }

@@ -1,0 +1,78 @@
+package usage_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/llmrate/llmrate/usage"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// assertNoGzipGoroutine fails if any goroutine but the test runner's is
+// running: called from a serial test, a left-over gzip decoder's goroutine
+// is the one it finds.
+func assertNoGzipGoroutine(t *testing.T) {
+	t.Helper()
+	goleak.VerifyNone(t)
+}
+
+func TestScannerGzipCopyOnly(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, _ = io.WriteString(zw, `{"usage":{"prompt_tokens":3,"completion_tokens":4}}`)
+	require.NoError(t, zw.Close())
+	s := usage.NewScanner("application/json; charset=utf-8", "gzip")
+	_, _ = s.Write(buf.Bytes())
+	got := s.Finish()
+	require.True(t, got.Reported)
+	assert.Equal(t, usage.Usage{InputTokens: 3, OutputTokens: 4}, got.Usage)
+	assert.Equal(t, int64(len(`{"usage":{"prompt_tokens":3,"completion_tokens":4}}`)), got.Bytes, "Bytes counts decoded bytes")
+}
+
+func TestRandomSplitsGzip(t *testing.T) {
+	t.Parallel()
+	f := fixture{File: "anthropic-messages-stream.sse.gz", ContentType: "text/event-stream", ContentEncoding: "gzip"}
+	body := readFixture(t, f)
+	ref := refBody(f.ContentType, gunzip(t, f, body))
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20 {
+		s := usage.NewScanner(f.ContentType, f.ContentEncoding)
+		for b := body; len(b) > 0; {
+			n := min(len(b), 1+r.IntN(40))
+			_, _ = s.Write(b[:n])
+			b = b[n:]
+		}
+		got := s.Finish()
+		require.True(t, got.Reported)
+		assert.Equal(t, usage.Usage{InputTokens: 412, OutputTokens: 96}, got.Usage)
+		assert.Equal(t, ref.gen, got.GeneratedBytes)
+	}
+}
+
+// TestGzipScannerClosed: a gzip scanner abandoned mid-body (Close), or
+// reset for another body, leaves no goroutine behind (goleak checks at the
+// end of the package's tests; this test checks right away).
+func TestGzipScannerClosed(t *testing.T) {
+	f := fixture{File: "anthropic-messages-stream.sse.gz", ContentType: "text/event-stream", ContentEncoding: "gzip"}
+	body := readFixture(t, f)
+	for _, end := range []func(*usage.Scanner){
+		(*usage.Scanner).Close,
+		func(s *usage.Scanner) { s.Reset("application/json", "") },
+		func(s *usage.Scanner) { s.Reset("text/event-stream", "gzip") },
+	} {
+		s := usage.NewScanner(f.ContentType, f.ContentEncoding)
+		_, _ = s.Write(body[:len(body)/2])
+		end(s)
+		s.Close() // twice is fine
+		assertNoGzipGoroutine(t)
+	}
+	// A scanner created and never written starts no goroutine at all.
+	_ = usage.NewScanner(f.ContentType, f.ContentEncoding)
+	assertNoGzipGoroutine(t)
+}

@@ -1,0 +1,863 @@
+package usage
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// jsonScan is an incremental (push) JSON parser that validates one document
+// at a time, byte by byte, across any write boundaries, in constant memory.
+// It records the values at the rows of paths and counts the generated text
+// of textMembers; everything else (tool arguments, nested look-alikes) is
+// validated and skipped, never interpreted. A document counts only once it
+// is complete and valid (applyDoc).
+
+// maxJSONDepth matches encoding/json's nesting limit, so a document is valid
+// here exactly when encoding/json accepts it.
+const maxJSONDepth = 10000
+
+// nodeKind is what an object at a tracked depth is.
+type nodeKind uint8
+
+const (
+	nkOther     nodeKind = iota
+	nkRoot               // the document's top-level object (slotRoot's report too)
+	nkContainer          // D.member of a row whose report is in a sub member
+	nkReport             // a report object
+	nkTokens             // a report's tokens object (Cohere)
+	nkBilled             // a report's billed_units object (Cohere)
+)
+
+// node is a tracked object: its kind and the row it belongs to.
+type node uint8
+
+func mkNode(k nodeKind, s slot) node { return node(k)<<4 | node(s) }
+func (n node) kind() nodeKind        { return nodeKind(n >> 4) }
+func (n node) slot() slot            { return slot(n & 15) }
+
+const rootNode = node(nkRoot)<<4 | node(slotRoot)
+
+// pending is what the value about to be parsed means.
+type pending uint8
+
+const (
+	pNone    pending = iota
+	pNode            // if an object, it is node pNode
+	pField           // counted field pField of row pSlot
+	pType            // D.type
+	pDone            // D.done
+	pChoices         // D.choices (to tell OpenAI's usage-only chunk)
+)
+
+// capture is where a string's decoded bytes are copied.
+type capture uint8
+
+const (
+	capNone capture = iota
+	capKey          // a member name
+	capType         // D.type
+)
+
+// parseState is the parser's position in the JSON grammar.
+type parseState uint8
+
+const (
+	sValue      parseState = iota // a value is expected
+	sArrFirst                     // after '[': a value or ']'
+	sObjFirst                     // after '{': a key or '}'
+	sObjKey                       // after ',' in an object: a key
+	sColon                        // after a key
+	sAfterValue                   // after a value inside a container: ',' or close
+	sEnd                          // after the top-level value: whitespace only
+	sStr                          // inside a string
+	sStrEsc                       // after a backslash
+	sStrU                         // inside \uXXXX
+	sNum                          // inside a number
+	sLit                          // inside true/false/null
+	sBad                          // the document is invalid; ignore the rest
+)
+
+// numPhase is the position in the JSON number grammar.
+type numPhase uint8
+
+const (
+	nMinus numPhase = iota // after '-'
+	nZero                  // a leading 0
+	nInt                   // integer digits
+	nDot                   // after '.'
+	nFrac                  // fraction digits
+	nE                     // after 'e'/'E'
+	nESign                 // after the exponent sign
+	nExp                   // exponent digits
+)
+
+// docState is what one document says at the rows of paths.
+type docState struct {
+	slots        [numSlots]report
+	dirty        uint16 // slots to clear on reset
+	typ          [24]byte
+	typLen       uint8
+	typOver      bool
+	typString    bool // D.type is a string
+	done         bool
+	gen          int64 // generated text bytes
+	choicesAt    int32 // depth of the open D.choices array, 0 when none
+	choicesEmpty bool  // D.choices is []
+}
+
+func (d *docState) reset() {
+	for s := 0; d.dirty != 0; s++ {
+		if d.dirty&(1<<s) != 0 {
+			d.slots[s] = report{}
+			d.dirty &^= 1 << s
+		}
+	}
+	d.typLen, d.typOver, d.typString, d.done = 0, false, false, false
+	d.gen, d.choicesAt, d.choicesEmpty = 0, 0, false
+}
+
+func (d *docState) clearSlot(s slot) {
+	if d.dirty&(1<<s) != 0 {
+		d.slots[s] = report{}
+	}
+	d.dirty |= 1 << s
+}
+
+type jsonScan struct {
+	state parseState
+	// arrayDocs: the body's top-level value is an array whose elements are
+	// each a document (Gemini streamGenerateContent without alt=sse).
+	allowArrayDocs bool
+	arrayDocs      bool
+	depth          int32
+	isArr          [maxJSONDepth/8 + 1]uint8 // bit per depth: container is an array
+	nodes          [6]node                   // node of the object at depth 1..5
+
+	// the value about to be parsed
+	pend   pending
+	pNode  node
+	pField field
+	pSlot  slot
+	text   bool // it is a text member's value
+
+	// strings
+	strCap   capture
+	isKey    bool
+	counting bool // the string is generated text: its bytes are counted
+	hi       bool // the last bytes counted were a high surrogate's \u escape
+	key      [32]byte
+	keyLen   uint8
+	keyOver  bool
+	uhex     uint8
+	ucp      uint16
+
+	// numbers
+	numPhase numPhase
+	numPlain bool // digits only so far
+	numOver  bool
+	num      int64
+
+	// literals
+	lit    string
+	litPos uint8
+
+	doc docState
+	acc *accumulator
+}
+
+func (p *jsonScan) init(acc *accumulator, allowArrayDocs bool) {
+	p.acc = acc
+	p.allowArrayDocs = allowArrayDocs
+	p.resetDoc()
+}
+
+// resetDoc prepares for a new document.
+func (p *jsonScan) resetDoc() {
+	p.state = sValue
+	p.depth = 0
+	p.arrayDocs = false
+	p.pend, p.text, p.counting = pNone, false, false
+	p.doc.reset()
+}
+
+// node returns the tracked node of the object at the current depth.
+func (p *jsonScan) node() node {
+	if p.depth >= 1 && int(p.depth) < len(p.nodes) && !p.inArray() {
+		return p.nodes[p.depth]
+	}
+	return node(nkOther)
+}
+
+func (p *jsonScan) inArray() bool { return p.isArr[p.depth>>3]&(1<<(p.depth&7)) != 0 }
+
+// end finishes the current document at end of input, applies it if it is
+// complete and valid, and reports whether it was an OpenAI usage-only chunk
+// (an object with "choices": [] and a usage object).
+func (p *jsonScan) end() (usageOnly bool) {
+	valid := p.state == sEnd || p.state == sNum && p.depth == 0 && p.numTerminal() // a bare number carries nothing either way
+	if valid && !p.arrayDocs {
+		p.acc.applyDoc(&p.doc)
+		usageOnly = p.doc.choicesEmpty && p.doc.slots[slotUsage].obj && p.doc.slots[slotRoot].obj
+	}
+	p.resetDoc()
+	return usageOnly
+}
+
+func (p *jsonScan) numTerminal() bool {
+	switch p.numPhase {
+	case nZero, nInt, nFrac, nExp:
+		return true
+	}
+	return false
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// skipSpace returns the index of the first non-whitespace byte of b at or
+// after i.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// write feeds document bytes. Each state is a method that consumes what it
+// can from b[i:] (its own fast path included) and returns where it stopped.
+func (p *jsonScan) write(b []byte) {
+	for i := 0; i < len(b); {
+		switch p.state {
+		case sStr:
+			i = p.inString(b, i)
+		case sStrEsc:
+			i = p.inEscape(b, i)
+		case sStrU:
+			i = p.inUnicode(b, i)
+		case sNum:
+			i = p.inNumber(b, i)
+		case sLit:
+			i = p.inLiteral(b, i)
+		case sValue, sArrFirst:
+			i = p.atValue(b, i)
+		case sObjFirst, sObjKey:
+			i = p.atKey(b, i)
+		case sColon:
+			i = p.atColon(b, i)
+		case sAfterValue:
+			i = p.afterValue(b, i)
+		case sEnd:
+			i = p.atEnd(b, i)
+		default: // sBad
+			return
+		}
+	}
+}
+
+// inString skips plain string bytes eight at a time, counting them when the
+// string is generated text and capturing them when it is a member name or
+// D.type.
+func (p *jsonScan) inString(b []byte, i int) int {
+	j := i + plainRun(b[i:])
+	if p.counting && j > i {
+		p.doc.gen += int64(j - i)
+		p.hi = false
+	}
+	if p.strCap != capNone {
+		p.capture(b[i:j])
+	}
+	if j == len(b) {
+		return j
+	}
+	switch b[j] {
+	case '"':
+		p.endString()
+		return p.afterQuote(b, j+1)
+	case '\\':
+		p.state = sStrEsc
+	default:
+		p.state = sBad
+	}
+	return j + 1
+}
+
+// afterQuote is inString's second fast path: a member name is usually
+// followed at once by ':' and the value's first byte.
+func (p *jsonScan) afterQuote(b []byte, i int) int {
+	if p.state != sColon || i+1 >= len(b) || b[i] != ':' {
+		return i
+	}
+	p.state = sValue
+	if c := b[i+1]; c == '"' || c == '{' || c == '[' || c == 'n' || isDigit(c) {
+		p.beginValue(c)
+		return i + 2
+	}
+	return i + 1
+}
+
+// inEscape reads the byte after a backslash.
+func (p *jsonScan) inEscape(b []byte, i int) int {
+	var r byte
+	switch c := b[i]; c {
+	case '"', '\\', '/':
+		r = c
+	case 'b':
+		r = '\b'
+	case 'f':
+		r = '\f'
+	case 'n':
+		r = '\n'
+	case 'r':
+		r = '\r'
+	case 't':
+		r = '\t'
+	case 'u':
+		p.state, p.uhex, p.ucp = sStrU, 0, 0
+		return i + 1
+	default:
+		p.state = sBad
+		return i + 1
+	}
+	p.state = sStr
+	if p.counting {
+		p.doc.gen++
+		p.hi = false
+	}
+	if p.strCap != capNone {
+		p.capture([]byte{r})
+	}
+	return i + 1
+}
+
+// inUnicode reads a hex digit of \uXXXX.
+func (p *jsonScan) inUnicode(b []byte, i int) int {
+	c := b[i]
+	var h byte
+	switch {
+	case isDigit(c):
+		h = c - '0'
+	case c >= 'a' && c <= 'f':
+		h = c - 'a' + 10
+	case c >= 'A' && c <= 'F':
+		h = c - 'A' + 10
+	default:
+		p.state = sBad
+		return i + 1
+	}
+	p.ucp = p.ucp<<4 | uint16(h)
+	if p.uhex++; p.uhex < 4 {
+		return i + 1
+	}
+	p.state = sStr
+	if p.counting {
+		p.countEscape(p.ucp)
+	}
+	if p.strCap != capNone {
+		r := byte(0xFF) // non-ASCII: never matches a name we look for
+		if p.ucp < 0x80 {
+			r = byte(p.ucp)
+		}
+		p.capture([]byte{r})
+	}
+	return i + 1
+}
+
+// countEscape counts the UTF-8 bytes a \u escape decodes to, as
+// encoding/json decodes it: a high surrogate escape followed at once by a
+// low one is one 4-byte rune; any other surrogate becomes U+FFFD (3 bytes).
+func (p *jsonScan) countEscape(cp uint16) {
+	hi := false
+	switch {
+	case cp < 0x80:
+		p.doc.gen++
+	case cp < 0x800:
+		p.doc.gen += 2
+	case cp >= 0xDC00 && cp < 0xE000 && p.hi:
+		p.doc.gen++ // completes a pair counted 3 at its high half
+	default:
+		p.doc.gen += 3
+		hi = cp >= 0xD800 && cp < 0xDC00
+	}
+	p.hi = hi
+}
+
+// inNumber reads number bytes; the byte that ends a number is left for the
+// next state.
+func (p *jsonScan) inNumber(b []byte, i int) int {
+	if p.numPhase == nInt && !p.numPlain || p.numPhase == nFrac || p.numPhase == nExp {
+		// Fast path: digits whose value is not needed.
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+		if i == len(b) {
+			return i
+		}
+	}
+	if p.numByte(b[i]) {
+		return i + 1
+	}
+	if !p.numTerminal() {
+		p.state = sBad
+		return i + 1
+	}
+	p.endNumber()
+	return i
+}
+
+// inLiteral reads the rest of true, false or null.
+func (p *jsonScan) inLiteral(b []byte, i int) int {
+	if b[i] != p.lit[p.litPos] {
+		p.state = sBad
+		return i + 1
+	}
+	if p.litPos++; int(p.litPos) == len(p.lit) {
+		p.endLiteral()
+	}
+	return i + 1
+}
+
+// atValue expects a value (or, first in an array, its end).
+func (p *jsonScan) atValue(b []byte, i int) int {
+	if i = skipSpace(b, i); i == len(b) {
+		return i
+	}
+	c := b[i]
+	if c == ']' && p.state == sArrFirst {
+		if p.depth == p.doc.choicesAt {
+			p.doc.choicesEmpty = true
+		}
+		p.closeContainer()
+		return i + 1
+	}
+	p.beginValue(c)
+	return i + 1
+}
+
+// atKey expects a member name (or, first in an object, its end).
+func (p *jsonScan) atKey(b []byte, i int) int {
+	if i = skipSpace(b, i); i == len(b) {
+		return i
+	}
+	switch c := b[i]; {
+	case c == '"':
+		p.beginKey()
+	case c == '}' && p.state == sObjFirst:
+		p.closeContainer()
+	default:
+		p.state = sBad
+	}
+	return i + 1
+}
+
+func (p *jsonScan) atColon(b []byte, i int) int {
+	if i = skipSpace(b, i); i == len(b) {
+		return i
+	}
+	p.state = sValue
+	if b[i] != ':' {
+		p.state = sBad
+	}
+	return i + 1
+}
+
+// afterValue expects ',' or the container's end; its fast path starts the
+// next member name at once.
+func (p *jsonScan) afterValue(b []byte, i int) int {
+	if i = skipSpace(b, i); i == len(b) {
+		return i
+	}
+	arr := p.inArray()
+	switch c := b[i]; {
+	case c == ',' && arr:
+		p.state, p.pend = sValue, pNone
+		if p.arrayDocs && p.depth == 1 {
+			p.pend, p.pNode = pNode, rootNode
+		}
+	case c == ',':
+		p.state = sObjKey
+		if i+1 < len(b) && b[i+1] == '"' {
+			p.beginKey()
+			return i + 2
+		}
+	case c == ']' && arr, c == '}' && !arr:
+		p.closeContainer()
+	default:
+		p.state = sBad
+	}
+	return i + 1
+}
+
+func (p *jsonScan) atEnd(b []byte, i int) int {
+	if i = skipSpace(b, i); i < len(b) {
+		p.state = sBad
+	}
+	return len(b)
+}
+
+// beginKey starts a member name (after its opening quote).
+func (p *jsonScan) beginKey() {
+	p.state, p.isKey, p.counting = sStr, true, false
+	p.strCap, p.keyLen, p.keyOver = capKey, 0, false
+}
+
+// plainRun returns how many leading bytes of b are plain string content:
+// not '"', not '\\', not a control byte. It tests eight bytes per step
+// (SWAR): a word's flag bits are set at bytes that are a quote, a backslash
+// or below 0x20, and the lowest flag is always exact.
+func plainRun(b []byte) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (ones * '"')
+		s := x ^ (ones * '\\')
+		m := ((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)
+		if m &= highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+			break
+		}
+	}
+	return i
+}
+
+// capture appends decoded string bytes to the key or type buffer.
+func (p *jsonScan) capture(s []byte) {
+	if p.strCap == capKey {
+		n := copy(p.key[p.keyLen:], s)
+		p.keyLen += uint8(n)
+		p.keyOver = p.keyOver || n < len(s)
+		return
+	}
+	d := &p.doc
+	n := copy(d.typ[d.typLen:], s)
+	d.typLen += uint8(n)
+	d.typOver = d.typOver || n < len(s)
+}
+
+// beginValue starts the value whose first byte is c.
+func (p *jsonScan) beginValue(c byte) {
+	if p.depth == 0 && !p.arrayDocs {
+		p.pend, p.pNode = pNode, rootNode
+		if c == '[' && p.allowArrayDocs {
+			p.arrayDocs = true
+			p.pend = pNone
+		}
+	}
+	text := p.text
+	p.text = false
+	switch {
+	case c == '{':
+		p.openContainer(false)
+	case c == '[':
+		p.openContainer(true)
+	case c == '"':
+		p.state, p.isKey, p.strCap = sStr, false, capNone
+		p.counting, p.hi = text, false
+		switch p.pend {
+		case pField:
+			p.setField(stBad, 0)
+		case pType:
+			p.doc.typString = true
+			p.strCap = capType
+		}
+	case c == '-' || isDigit(c):
+		// numPlain tracks the value only where it is a counted field.
+		p.state, p.numPlain, p.numOver, p.num = sNum, p.pend == pField, false, 0
+		p.numPhase = nMinus
+		if c != '-' {
+			p.numPhase = nInt
+			if c == '0' {
+				p.numPhase = nZero
+			}
+			p.num = int64(c - '0')
+		} else {
+			p.numPlain = false
+		}
+	case c == 't':
+		p.state, p.lit, p.litPos = sLit, "true", 1
+	case c == 'f':
+		p.state, p.lit, p.litPos = sLit, "false", 1
+	case c == 'n':
+		p.state, p.lit, p.litPos = sLit, "null", 1
+	default:
+		p.state = sBad
+	}
+}
+
+func (p *jsonScan) setField(st fieldState, v int64) {
+	r := &p.doc.slots[p.pSlot]
+	r.st[p.pField], r.v[p.pField] = st, v
+}
+
+func (p *jsonScan) openContainer(arr bool) {
+	if p.depth >= maxJSONDepth {
+		p.state = sBad
+		return
+	}
+	pend, nd := p.pend, p.pNode
+	if pend == pField {
+		p.setField(stBad, 0)
+	}
+	p.depth++
+	d := p.depth
+	p.pend = pNone
+	if arr {
+		p.isArr[d>>3] |= 1 << (d & 7)
+		p.state = sArrFirst
+		if pend == pChoices {
+			p.doc.choicesAt = d
+		}
+		if p.arrayDocs && d == 1 {
+			p.pend, p.pNode = pNode, rootNode
+		}
+		return
+	}
+	p.isArr[d>>3] &^= 1 << (d & 7)
+	p.state = sObjFirst
+	if int(d) >= len(p.nodes) {
+		return
+	}
+	n := node(nkOther)
+	if pend == pNode {
+		n = nd
+		r := &p.doc.slots[nd.slot()]
+		switch nd.kind() {
+		case nkRoot:
+			p.doc.dirty |= 1 << slotRoot
+			r.obj = true
+		case nkReport:
+			r.obj = true
+		case nkTokens:
+			r.tokensObj = true
+		case nkBilled:
+			r.billedObj = true
+		}
+	}
+	p.nodes[d] = n
+}
+
+func (p *jsonScan) closeContainer() {
+	if p.depth == p.doc.choicesAt {
+		p.doc.choicesAt = 0
+	}
+	p.depth--
+	p.valueDone()
+}
+
+// valueDone is called after any complete value.
+func (p *jsonScan) valueDone() {
+	p.pend = pNone
+	if p.depth == 0 {
+		p.state = sEnd
+		return
+	}
+	p.state = sAfterValue
+	if p.arrayDocs && p.depth == 1 {
+		// one element document is complete
+		p.acc.applyDoc(&p.doc)
+		p.doc.reset()
+	}
+}
+
+func (p *jsonScan) endString() {
+	p.strCap, p.counting = capNone, false
+	if p.isKey {
+		p.isKey = false
+		p.state = sColon
+		p.onKey()
+		return
+	}
+	p.valueDone()
+}
+
+func (p *jsonScan) endNumber() {
+	if p.pend == pField {
+		if p.numPlain && !p.numOver {
+			p.setField(stOK, p.num)
+		} else {
+			p.setField(stBad, 0)
+		}
+	}
+	p.valueDone()
+}
+
+func (p *jsonScan) endLiteral() {
+	switch p.pend {
+	case pField:
+		if p.lit == "null" {
+			p.setField(stNull, 0)
+		} else {
+			p.setField(stBad, 0)
+		}
+	case pDone:
+		p.doc.done = p.lit == "true"
+	}
+	p.valueDone()
+}
+
+// numByte consumes c as part of a number and reports whether it did.
+func (p *jsonScan) numByte(c byte) bool {
+	digit := isDigit(c)
+	switch p.numPhase {
+	case nMinus, nDot, nESign:
+		if !digit {
+			return false
+		}
+		switch {
+		case p.numPhase == nDot:
+			p.numPhase = nFrac
+		case p.numPhase == nESign:
+			p.numPhase = nExp
+		case c == '0':
+			p.numPhase = nZero
+		default:
+			p.numPhase = nInt
+		}
+	case nZero, nInt:
+		switch {
+		case digit && p.numPhase == nZero:
+			return false // a digit after a leading zero ends the number (then fails)
+		case digit:
+			p.addDigit(c)
+		case c == '.':
+			p.numPhase, p.numPlain = nDot, false
+		case c == 'e' || c == 'E':
+			p.numPhase, p.numPlain = nE, false
+		default:
+			return false
+		}
+	case nFrac:
+		switch {
+		case digit:
+		case c == 'e' || c == 'E':
+			p.numPhase = nE
+		default:
+			return false
+		}
+	case nE:
+		switch {
+		case c == '+' || c == '-':
+			p.numPhase = nESign
+		case digit:
+			p.numPhase = nExp
+		default:
+			return false
+		}
+	case nExp:
+		return digit
+	}
+	return true
+}
+
+// addDigit appends an integer digit to a counted field's value.
+func (p *jsonScan) addDigit(c byte) {
+	if !p.numPlain {
+		return
+	}
+	d := int64(c - '0')
+	if p.num > (1<<63-1-d)/10 {
+		p.numOver = true
+	} else {
+		p.num = p.num*10 + d
+	}
+}
+
+// onKey decides what the value of the member just read means.
+func (p *jsonScan) onKey() {
+	p.pend, p.text = pNone, false
+	if p.keyOver {
+		return
+	}
+	name := p.key[:p.keyLen]
+	p.text = isTextMember(name)
+	switch n := p.node(); n.kind() {
+	case nkRoot:
+		p.rootKey(name)
+	case nkContainer:
+		if s := n.slot(); paths[s].sub == string(name) {
+			p.expectNode(nkReport, s)
+		}
+	case nkReport:
+		p.reportKey(n.slot(), name)
+	case nkTokens, nkBilled:
+		in, out := fTokIn, fTokOut
+		if n.kind() == nkBilled {
+			in, out = fBillIn, fBillOut
+		}
+		switch string(name) {
+		case "input_tokens":
+			p.expectField(n.slot(), in)
+		case "output_tokens":
+			p.expectField(n.slot(), out)
+		}
+	}
+}
+
+// rootKey handles a member of the document's top-level object.
+func (p *jsonScan) rootKey(name []byte) {
+	d := &p.doc
+	if s := rootMember(name); s != slotNone {
+		k := nkReport
+		if paths[s].sub != "" {
+			k = nkContainer
+		}
+		p.expectNode(k, s)
+		return
+	}
+	switch string(name) {
+	case "type":
+		d.typLen, d.typOver, d.typString = 0, false, false
+		p.pend = pType
+	case "done":
+		d.done = false
+		p.pend = pDone
+	case "choices":
+		d.choicesAt, d.choicesEmpty = 0, false
+		p.pend = pChoices
+	default:
+		if f := reportField(paths[slotRoot].style, name); f != noField {
+			p.expectField(slotRoot, f)
+		}
+	}
+}
+
+// reportKey handles a member of a report object.
+func (p *jsonScan) reportKey(s slot, name []byte) {
+	r := &p.doc.slots[s]
+	switch string(name) {
+	case "tokens":
+		r.tokensObj = false
+		r.st[fTokIn], r.st[fTokOut] = stAbsent, stAbsent
+		p.pend, p.pNode = pNode, mkNode(nkTokens, s)
+		return
+	case "billed_units":
+		r.billedObj = false
+		r.st[fBillIn], r.st[fBillOut] = stAbsent, stAbsent
+		p.pend, p.pNode = pNode, mkNode(nkBilled, s)
+		return
+	}
+	if f := reportField(paths[s].style, name); f != noField {
+		r.keys |= 1 << f
+		p.expectField(s, f)
+	}
+}
+
+// expectNode: the value, if an object, is node (k, s); a repeated member
+// replaces what an earlier one said.
+func (p *jsonScan) expectNode(k nodeKind, s slot) {
+	p.doc.clearSlot(s)
+	p.pend, p.pNode = pNode, mkNode(k, s)
+}
+
+// expectField: the value is counted field f of row s.
+func (p *jsonScan) expectField(s slot, f field) {
+	p.pend, p.pSlot, p.pField = pField, s, f
+	p.setField(stAbsent, 0)
+}

@@ -1,0 +1,342 @@
+package usage
+
+// This file is the provider table: every place a usage report may be, how
+// its fields count, which member names let the SSE fast path rule a report
+// out, and which members hold generated text. Adding a provider path is one
+// row in paths (plus a fixture under testdata/usage at the module root);
+// a new way of counting fields is one style.
+
+// slot identifies a row of paths: one place a report may be.
+type slot uint8
+
+const (
+	slotNone     slot = iota
+	slotXGroq         // D.x_groq.usage
+	slotUsage         // D.usage
+	slotMessage       // D.message.usage  if D.type == "message_start"
+	slotResponse      // D.response.usage if D.type starts with "response."
+	slotDelta         // D.delta.usage    if D.type == "message-end"
+	slotMeta          // D.meta           if it has tokens or billed_units
+	slotGemini        // D.usageMetadata
+	slotRoot          // D itself         if D.done == true
+	numSlots
+)
+
+// cond is a condition on a document for a report to count.
+type cond uint8
+
+const (
+	always     cond = iota
+	typeIs          // D.type is the string arg
+	typePrefix      // D.type is a string starting with arg
+	doneTrue        // D.done is true
+)
+
+// style says how a report's fields count.
+type style uint8
+
+const (
+	styleByKeys style = iota // decided by the keys present: Cohere, Bedrock, Anthropic/Responses, OpenAI
+	styleCohere              // only the Cohere style (tokens / billed_units)
+	styleGemini              // usageMetadata
+	styleOllama              // prompt_eval_count / eval_count on the document itself
+)
+
+// path is one place a usage report may be, in document D.
+type path struct {
+	member  string // D's member holding the report ("" for D itself)
+	sub     string // the member of D.member holding the report ("" when D.member is the report)
+	when    cond
+	arg     string // cond's argument
+	style   style
+	partial bool // a report here never states the whole usage
+	// markers: member names one of which an event must spell (quoted) to
+	// hold this report; an event with none of them is skipped unparsed.
+	markers []string
+}
+
+// paths is the table, in the order reports of one document are applied.
+var paths = [numSlots]path{
+	slotXGroq:    {member: "x_groq", sub: "usage", markers: []string{"usage"}},                                                     // Groq streaming
+	slotUsage:    {member: "usage", markers: []string{"usage"}},                                                                    // OpenAI-style, Anthropic, Cohere v2, Bedrock, …
+	slotMessage:  {member: "message", sub: "usage", when: typeIs, arg: "message_start", partial: true, markers: []string{"usage"}}, // Anthropic stream start
+	slotResponse: {member: "response", sub: "usage", when: typePrefix, arg: "response.", markers: []string{"usage"}},               // OpenAI Responses stream
+	slotDelta:    {member: "delta", sub: "usage", when: typeIs, arg: "message-end", markers: []string{"usage"}},                    // Cohere v2 stream
+	slotMeta:     {member: "meta", style: styleCohere, markers: []string{"meta"}},                                                  // Cohere embed, v1
+	slotGemini:   {member: "usageMetadata", style: styleGemini, markers: []string{"usageMetadata"}},                                // Gemini, Vertex AI
+	slotRoot:     {when: doneTrue, style: styleOllama, markers: []string{"prompt_eval_count", "eval_count"}},                       // Ollama native
+}
+
+// textMembers are the members whose string values are generated text, at
+// any depth (G in Result.GeneratedBytes).
+var textMembers = [...]string{
+	"content", "text", "partial_json", "thinking", "arguments",
+	"delta", "reasoning_content", "reasoning", "refusal", "response",
+}
+
+// isTextMember reports whether name is one of textMembers.
+func isTextMember(name []byte) bool {
+	for _, m := range textMembers {
+		if len(m) == len(name) && m == string(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// rootMember returns the row whose member is name, if any.
+func rootMember(name []byte) slot {
+	for s := slotXGroq; s < numSlots; s++ {
+		if m := paths[s].member; m != "" && len(m) == len(name) && m == string(name) {
+			return s
+		}
+	}
+	return slotNone
+}
+
+// field is a counted field a report object can carry.
+type field uint8
+
+const (
+	fPrompt           field = iota // prompt_tokens
+	fCompletion                    // completion_tokens
+	fInput                         // input_tokens
+	fOutput                        // output_tokens
+	fCacheCreate                   // cache_creation_input_tokens
+	fCacheRead                     // cache_read_input_tokens
+	fBInput                        // inputTokens
+	fBOutput                       // outputTokens
+	fBCacheRead                    // cacheReadInputTokens
+	fBCacheWrite                   // cacheWriteInputTokens
+	fBCacheReadAlias               // cacheReadInputTokenCount
+	fBCacheWriteAlias              // cacheWriteInputTokenCount
+	fGPrompt                       // promptTokenCount
+	fGTool                         // toolUsePromptTokenCount
+	fGCand                         // candidatesTokenCount
+	fGThoughts                     // thoughtsTokenCount
+	fOPromptEval                   // prompt_eval_count (document root)
+	fOEval                         // eval_count (document root)
+	fTokIn                         // tokens.input_tokens
+	fTokOut                        // tokens.output_tokens
+	fBillIn                        // billed_units.input_tokens
+	fBillOut                       // billed_units.output_tokens
+	numFields
+	noField field = 255
+)
+
+// fieldNames maps member names to fields, per style (the Cohere sub-objects
+// tokens and billed_units are nodes of their own, see jsonScan.onKey).
+var fieldNames = [...]struct {
+	name  string
+	f     field
+	style style
+}{
+	{"prompt_tokens", fPrompt, styleByKeys},
+	{"completion_tokens", fCompletion, styleByKeys},
+	{"input_tokens", fInput, styleByKeys},
+	{"output_tokens", fOutput, styleByKeys},
+	{"cache_creation_input_tokens", fCacheCreate, styleByKeys},
+	{"cache_read_input_tokens", fCacheRead, styleByKeys},
+	{"inputTokens", fBInput, styleByKeys},
+	{"outputTokens", fBOutput, styleByKeys},
+	{"cacheReadInputTokens", fBCacheRead, styleByKeys},
+	{"cacheWriteInputTokens", fBCacheWrite, styleByKeys},
+	{"cacheReadInputTokenCount", fBCacheReadAlias, styleByKeys},
+	{"cacheWriteInputTokenCount", fBCacheWriteAlias, styleByKeys},
+	{"promptTokenCount", fGPrompt, styleGemini},
+	{"toolUsePromptTokenCount", fGTool, styleGemini},
+	{"candidatesTokenCount", fGCand, styleGemini},
+	{"thoughtsTokenCount", fGThoughts, styleGemini},
+	{"prompt_eval_count", fOPromptEval, styleOllama},
+	{"eval_count", fOEval, styleOllama},
+}
+
+// reportField maps a member name inside a report of style st to its field.
+// Every style but Ollama's records every name but Ollama's: the by-keys
+// style is decided by the names present, and a Gemini report reads only
+// its own fields.
+func reportField(st style, name []byte) field {
+	root := st == styleOllama
+	for _, fn := range fieldNames {
+		if (fn.style == styleOllama) == root && len(fn.name) == len(name) && fn.name == string(name) {
+			return fn.f
+		}
+	}
+	return noField
+}
+
+// fieldState is what a counted field's value was.
+type fieldState uint8
+
+const (
+	stAbsent fieldState = iota
+	stNull
+	stOK  // a plain non-negative integer literal that fits in int64
+	stBad // any other value: rejects the whole report
+)
+
+// report is one candidate usage report: what the parser saw at one row of
+// paths in one document.
+type report struct {
+	obj       bool   // the path held a JSON object
+	tokensObj bool   // member "tokens" holds an object (Cohere)
+	billedObj bool   // member "billed_units" holds an object (Cohere)
+	keys      uint32 // 1<<field for every counted member name present
+	st        [numFields]fieldState
+	v         [numFields]int64
+}
+
+func (r *report) has(f field) bool { return r.st[f] == stOK || r.st[f] == stBad }
+
+// kept is one combined value: one per counted field per style; last wins.
+type kept uint8
+
+const (
+	kOAIn kept = iota
+	kOAOut
+	kANIn
+	kANCacheC
+	kANCacheR
+	kANOut
+	kBRIn
+	kBRCacheR
+	kBRCacheW
+	kBROut
+	kCOIn
+	kCOOut
+	kGEPrompt
+	kGETool
+	kGECand
+	kGEThoughts
+	kOLIn
+	kOLOut
+	numKept
+)
+
+var keptIsOutput = [numKept]bool{kOAOut: true, kANOut: true, kBROut: true, kCOOut: true, kGECand: true, kGEThoughts: true, kOLOut: true}
+
+// pair binds a report's field to the kept value it overwrites.
+type pair struct {
+	f field
+	k kept
+}
+
+// accumulator combines accepted reports (each overwrites the kept values
+// it carries; reports are never summed) and the generated text of complete
+// documents.
+type accumulator struct {
+	any   bool
+	final bool
+	have  [numKept]bool
+	v     [numKept]int64
+	gen   int64
+}
+
+func (a *accumulator) result() Result {
+	r := Result{Reported: a.any, Final: a.final, GeneratedBytes: a.gen}
+	if !a.any {
+		return r
+	}
+	for k := range a.v {
+		if !a.have[k] {
+			continue
+		}
+		if keptIsOutput[k] {
+			r.Usage.OutputTokens = satAdd(r.Usage.OutputTokens, a.v[k])
+		} else {
+			r.InputReported = true
+			r.Usage.InputTokens = satAdd(r.Usage.InputTokens, a.v[k])
+		}
+	}
+	return r
+}
+
+// commit accepts a report's fields unless any of them is malformed or none
+// is present, and reports whether it did.
+func (a *accumulator) commit(r *report, pairs ...pair) bool {
+	n := 0
+	for _, p := range pairs {
+		switch r.st[p.f] {
+		case stBad:
+			return false
+		case stOK:
+			n++
+		}
+	}
+	if n == 0 {
+		return false
+	}
+	for _, p := range pairs {
+		if r.st[p.f] == stOK {
+			a.v[p.k] = r.v[p.f]
+			a.have[p.k] = true
+		}
+	}
+	a.any = true
+	return true
+}
+
+// applyReport applies one report of the given style.
+func (a *accumulator) applyReport(r *report, st style) bool {
+	switch st {
+	case styleGemini:
+		return r.obj && a.commit(r, pair{fGPrompt, kGEPrompt}, pair{fGTool, kGETool}, pair{fGCand, kGECand}, pair{fGThoughts, kGEThoughts})
+	case styleOllama:
+		return a.commit(r, pair{fOPromptEval, kOLIn}, pair{fOEval, kOLOut})
+	}
+	if !r.obj {
+		return false
+	}
+	switch {
+	case r.tokensObj || r.billedObj:
+		in, out := fBillIn, fBillOut
+		if r.tokensObj && (r.has(fTokIn) || r.has(fTokOut)) {
+			in, out = fTokIn, fTokOut
+		}
+		return a.commit(r, pair{in, kCOIn}, pair{out, kCOOut})
+	case st == styleCohere:
+		return false
+	case r.keys&(1<<fBInput|1<<fBOutput) != 0:
+		cr, cw := fBCacheRead, fBCacheWrite
+		if r.st[cr] <= stNull {
+			cr = fBCacheReadAlias
+		}
+		if r.st[cw] <= stNull {
+			cw = fBCacheWriteAlias
+		}
+		return a.commit(r, pair{fBInput, kBRIn}, pair{cr, kBRCacheR}, pair{cw, kBRCacheW}, pair{fBOutput, kBROut})
+	case r.keys&(1<<fInput|1<<fOutput) != 0:
+		return a.commit(r, pair{fInput, kANIn}, pair{fCacheCreate, kANCacheC}, pair{fCacheRead, kANCacheR}, pair{fOutput, kANOut})
+	case r.keys&(1<<fPrompt|1<<fCompletion) != 0:
+		return a.commit(r, pair{fPrompt, kOAIn}, pair{fCompletion, kOAOut})
+	}
+	return false
+}
+
+// holds reports whether document d meets row s's condition.
+func (d *docState) holds(s slot) bool {
+	p := &paths[s]
+	switch p.when {
+	case typeIs:
+		return d.typString && !d.typOver && string(d.typ[:d.typLen]) == p.arg
+	case typePrefix:
+		return d.typString && int(d.typLen) >= len(p.arg) && string(d.typ[:len(p.arg)]) == p.arg
+	case doneTrue:
+		return d.done
+	}
+	return true
+}
+
+// applyDoc applies one complete, valid JSON document: its generated text,
+// then its reports in the order of paths.
+func (a *accumulator) applyDoc(d *docState) {
+	a.gen = satAdd(a.gen, d.gen)
+	if !d.slots[slotRoot].obj {
+		return
+	}
+	for s := slotXGroq; s < numSlots; s++ {
+		if d.holds(s) && a.applyReport(&d.slots[s], paths[s].style) && !paths[s].partial {
+			a.final = true
+		}
+	}
+}
