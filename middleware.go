@@ -274,17 +274,14 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	t.endBody()
 	res := t.scanned()
 	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || res.PendingEvent
-	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: a.est, Cut: cut}
+	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: res.Charge(a.est, cut), Cut: cut, GeneratedBytes: res.GeneratedBytes}
 	switch {
-	case res.Reported && !cut:
-		ev.Kind, ev.Actual, ev.Reported = ReconcileUsage, res.Usage.Total(), res.Usage
+	case res.Complete(cut):
+		ev.Kind, ev.Reported = ReconcileUsage, res.Usage
 	case res.Reported:
-		ev.Kind, ev.Actual, ev.Reported = ReconcilePartial, res.Usage.Total(), res.Usage
+		ev.Kind, ev.Reported = ReconcilePartial, res.Usage
 	default:
 		ev.Kind = ReconcileEstimated
-		if cut {
-			ev.Actual = satAdd(a.est, res.Bytes/4)
-		}
 	}
 	if ev.Actual != a.est {
 		// The clock is read again: the charge lands when the response ended,
@@ -304,7 +301,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	}
 	if ce := l.debug.Check(zap.DebugLevel, "llmrate: reconciled"); ce != nil {
 		ce.Write(zap.String("key_fp", Fingerprint(a.key)), zap.Stringer("kind", ev.Kind), zap.Int64("estimate", ev.Estimate),
-			zap.Int64("actual", ev.Actual), zap.Bool("cut", ev.Cut))
+			zap.Int64("actual", ev.Actual), zap.Bool("cut", ev.Cut), zap.Int64("generated_bytes", ev.GeneratedBytes))
 	}
 	if o := l.cfg.observer; o != nil {
 		o.Reconciled(ev)

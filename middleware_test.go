@@ -2,12 +2,17 @@ package llmrate_test
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +20,7 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/usageref"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -511,4 +517,148 @@ func TestHijackPreserved(t *testing.T) {
 	_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-h\r\n\r\n")
 	b, _ := io.ReadAll(c)
 	assert.True(t, strings.HasSuffix(string(b), "ok"), string(b))
+}
+
+// charged serves body as a provider would (cut after it, with a handler
+// panic, when cut is set) through a limiter and returns the reconcile.
+func charged(t *testing.T, ct, ce string, status int, body []byte, cut bool, contentLength int64) llmrate.ReconcileEvent {
+	t.Helper()
+	obs := &recorder{}
+	provider := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if ct != "" {
+			w.Header().Set("Content-Type", ct)
+		}
+		if ce != "" {
+			w.Header().Set("Content-Encoding", ce)
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+		if cut {
+			panic(http.ErrAbortHandler)
+		}
+	})
+	h := newHarness(t, provider, llmrate.WithObserver(obs))
+	func() {
+		defer func() {
+			if p := recover(); p != nil && p != http.ErrAbortHandler {
+				panic(p)
+			}
+		}()
+		h.send("sk-charge", contentLength)
+	}()
+	ev, n := obs.lastReconcile()
+	require.Equal(t, 1, n)
+	return ev
+}
+
+// wantCharge is the charge rule, applied to what the encoding/json
+// reference found: final usage on a completed response exactly; otherwise
+// input (reported, else the estimate) + max(reported output, ⌊G/4⌋).
+func wantCharge(ref usageref.Result, est int64, cut bool) int64 {
+	if ref.Final && !cut && !ref.Pending {
+		return ref.Input + ref.Output
+	}
+	in := est
+	if ref.InputReported {
+		in = ref.Input
+	}
+	return in + max(ref.Output, ref.Gen/4)
+}
+
+// TestChargeIssueNumbers reproduces the review's numbers: a 492 KB
+// completed OpenAI stream without usage (estimate 1,000) was charged 1,000,
+// and the same stream cut 3 bytes early 124,002 (estimate + every byte ÷
+// 4); an Anthropic stream cut after message_start was charged input + 1.
+// Both now pay for the text they generated, and the cut never pays more.
+func TestChargeIssueNumbers(t *testing.T) {
+	t.Parallel()
+	const word = " token" // each event's generated text
+	event := `data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"` + word + `"},"finish_reason":null}]}` + "\n\n"
+	var stream []byte
+	events := 0
+	for len(stream) < 492_000 {
+		stream = append(stream, event...)
+		events++
+	}
+	stream = append(stream, "data: [DONE]\n\n"...)
+	text := int64(events * len(word))
+
+	complete := charged(t, "text/event-stream", "", 200, stream, false, 4000)
+	assert.Equal(t, llmrate.ReconcileEstimated, complete.Kind)
+	assert.Equal(t, 1000+text/4, complete.Actual, "estimate + generated text ÷ 4 (was 1,000)")
+	assert.Equal(t, text, complete.GeneratedBytes)
+
+	cut := charged(t, "text/event-stream", "", 200, stream[:len(stream)-3], false, 4000)
+	assert.True(t, cut.Cut)
+	assert.Equal(t, 1000+text/4, cut.Actual, "the same text, not the framing (was 124,002)")
+	assert.LessOrEqual(t, cut.Actual, complete.Actual)
+
+	midEvent := charged(t, "text/event-stream", "", 200, stream[:len(stream)-len("data: [DONE]\n\n")-10], false, 4000)
+	assert.Equal(t, 1000+(text-int64(len(word)))/4, midEvent.Actual, "the event cut in half counts nothing")
+
+	// Anthropic: message_start (input 412, output 1), then text deltas, cut
+	// before message_delta.
+	anthropic := []byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":412,\"output_tokens\":1}}}\n\n")
+	var atext int64
+	for i := range 2000 {
+		chunk := fmt.Sprintf("chunk %d of a long answer. ", i)
+		atext += int64(len(chunk))
+		anthropic = append(anthropic, fmt.Sprintf("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":%q}}\n\n", chunk)...)
+	}
+	ev := charged(t, "text/event-stream", "", 200, anthropic, true, 4000)
+	assert.Equal(t, llmrate.ReconcilePartial, ev.Kind)
+	assert.Equal(t, 412+atext/4, ev.Actual, "input + the text streamed (was input + 1)")
+}
+
+// TestChargeFramingNotText: a stream of tiny deltas in heavy SSE framing is
+// charged by its text, not its bytes.
+func TestChargeFramingNotText(t *testing.T) {
+	t.Parallel()
+	var b []byte
+	for range 5000 {
+		b = append(b, ": keep-alive\r\nevent: delta\r\nid: 123456789\r\ndata: {\"choices\":[{\"index\":0,\r\ndata: \"delta\":{\"content\":\"a\"}}]}\r\n\r\n"...)
+	}
+	ev := charged(t, "text/event-stream", "", 200, b, false, 400)
+	assert.Equal(t, int64(100+5000/4), ev.Actual, "estimate 100 + 5,000 bytes of text ÷ 4, whatever the %d bytes of framing", len(b))
+}
+
+// TestChargeFixtures: every fixture whose usage is null or partial, served
+// complete and cut at many points, is charged exactly what the rule gives
+// over what encoding/json finds in its complete events; a cut never charges
+// more than the complete response.
+func TestChargeFixtures(t *testing.T) {
+	t.Parallel()
+	for _, f := range loadFixtures(t) {
+		body, err := os.ReadFile(filepath.Join(fixtureDir, f.File))
+		require.NoError(t, err)
+		decoded := body
+		if f.ContentEncoding == "gzip" {
+			zr, err := gzip.NewReader(bytes.NewReader(body))
+			require.NoError(t, err)
+			decoded, err = io.ReadAll(zr)
+			require.NoError(t, err)
+		}
+		ref := usageref.Body(f.ContentType, decoded)
+		if f.Status == http.StatusNoContent {
+			ref = usageref.Result{} // no body is read
+		}
+		if ref.Final && !ref.Pending {
+			continue // final usage: TestFixturesThroughMiddleware
+		}
+		t.Run(f.File, func(t *testing.T) {
+			t.Parallel()
+			complete := charged(t, f.ContentType, f.ContentEncoding, f.Status, body, false, 4000)
+			assert.Equal(t, wantCharge(ref, 1000, false), complete.Actual, "complete (%s)", f.Note)
+			if f.ContentEncoding != "" {
+				return // a cut of compressed bytes has no plain prefix to compare with
+			}
+			r := rand.New(rand.NewPCG(uint64(len(body)), 9))
+			for range 24 {
+				k := r.IntN(len(body) + 1)
+				ev := charged(t, f.ContentType, "", f.Status, body[:k], true, 4000)
+				assert.Equal(t, wantCharge(usageref.Body(f.ContentType, body[:k]), 1000, true), ev.Actual, "cut at %d (%s)", k, f.Note)
+				assert.LessOrEqual(t, ev.Actual, complete.Actual, "cut at %d charges more than complete", k)
+			}
+		})
+	}
 }

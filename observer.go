@@ -34,17 +34,22 @@ type DecisionEvent struct {
 	Shadow bool
 }
 
-// ReconcileKind says what a reconcile was based on.
+// ReconcileKind says which case of the charge rule applied to a response.
 type ReconcileKind uint8
 
 const (
-	// ReconcileUsage: the provider's usage report, from a complete response.
+	// ReconcileUsage: the provider reported its final usage and the
+	// response completed; the charge is exactly that usage.
 	ReconcileUsage ReconcileKind = iota
-	// ReconcilePartial: the usage seen before the response was cut off.
+	// ReconcilePartial: usage was reported, but not final usage on a
+	// completed response (Anthropic's message_start alone, or any report on
+	// a response cut off). The charge is the reported input tokens (the
+	// estimate if no input was reported) plus the larger of the reported
+	// output tokens and the generated text's bytes ÷ 4.
 	ReconcilePartial
-	// ReconcileEstimated: no usage was reported; the estimate stands, or, for
-	// a response cut off before any usage, the estimate plus the streamed
-	// bytes ÷ 4.
+	// ReconcileEstimated: no usage was reported. The charge is the estimate
+	// plus the generated text's bytes ÷ 4: an error body (no generated
+	// text) charges the estimate.
 	ReconcileEstimated
 )
 
@@ -67,6 +72,10 @@ type ReconcileEvent struct {
 	Actual   int64 // the charge that replaced it (before bucket bounds)
 	Reported Usage // zero unless Kind is ReconcileUsage or ReconcilePartial
 	Cut      bool  // the response was cut off (client gone, write error, handler panic, stream stopped mid-event)
+	// GeneratedBytes is the bytes of generated text in the body's complete
+	// documents (the string values of members such as content, text,
+	// delta; the full list is in usage/providers.go).
+	GeneratedBytes int64
 }
 
 // FailOpenEvent describes a fault that let a request through unchecked.

@@ -92,24 +92,27 @@ func TestFixturesThroughMiddleware(t *testing.T) {
 	}
 }
 
-// TestCutStreams: a stream cut off before usage reconciles with what was
-// seen; with no usage at all, the charge is the estimate plus bytes ÷ 4.
+// TestCutStreams: a stream cut off (or complete) without final usage is
+// charged its input (reported, else the estimate, 1000 here) plus the
+// larger of the reported output and its generated text's bytes ÷ 4, the
+// text of complete events only.
 func TestCutStreams(t *testing.T) {
 	t.Parallel()
 	const anthropicStart = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":412,\"output_tokens\":1}}}\n\n"
 	const delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"hello\"}}\n\n"
 	const openaiChunk = "data: {\"choices\":[{\"delta\":{\"content\":\"hello world\"}}]}\n\n"
+	text := int64(len("hello world"))
 	cases := []struct {
 		name     string
 		body     string
 		panicAt  bool
 		wantKind llmrate.ReconcileKind
-		want     func(est, n int64) int64
+		want     int64
 	}{
-		{"anthropic cut mid-event", anthropicStart + delta + "event: message_delta\ndata: {\"type\":\"mess", false, llmrate.ReconcilePartial, func(int64, int64) int64 { return 413 }},
-		{"openai cut without usage", openaiChunk + openaiChunk + "data: {\"choi", false, llmrate.ReconcileEstimated, func(est, n int64) int64 { return est + n/4 }},
-		{"handler panics mid-stream", openaiChunk, true, llmrate.ReconcileEstimated, func(est, n int64) int64 { return est + n/4 }},
-		{"complete stream without usage: estimate stands", openaiChunk + "data: [DONE]\n\n", false, llmrate.ReconcileEstimated, func(est, _ int64) int64 { return est }},
+		{"anthropic cut mid-event", anthropicStart + delta + "event: message_delta\ndata: {\"type\":\"mess", false, llmrate.ReconcilePartial, 412 + 1},
+		{"openai cut without usage", openaiChunk + openaiChunk + "data: {\"choi", false, llmrate.ReconcileEstimated, 1000 + 2*text/4},
+		{"handler panics mid-stream", openaiChunk, true, llmrate.ReconcileEstimated, 1000 + text/4},
+		{"complete stream without usage: estimate plus text", openaiChunk + "data: [DONE]\n\n", false, llmrate.ReconcileEstimated, 1000 + text/4},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -136,7 +139,7 @@ func TestCutStreams(t *testing.T) {
 			ev, n := obs.lastReconcile()
 			require.Equal(t, 1, n)
 			assert.Equal(t, c.wantKind, ev.Kind)
-			assert.Equal(t, c.want(1000, int64(len(c.body))), ev.Actual)
+			assert.Equal(t, c.want, ev.Actual)
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/llmrate/llmrate/internal/usageref"
 	"github.com/llmrate/llmrate/usage"
 )
 
@@ -21,13 +22,13 @@ func addFixtureSeeds(f *testing.F, ct string) {
 // agrees reports how got differs from the reference, or "" when it does
 // not. Generated text is compared on valid UTF-8 only: the scanner counts
 // a byte that is not UTF-8 as one, encoding/json as U+FFFD (three).
-func agrees(got usage.Result, want refResult, body []byte) string {
+func agrees(got usage.Result, want usageref.Result, body []byte) string {
 	switch {
-	case got.Reported != want.reported || got.Usage != want.usage:
+	case got.Reported != want.Reported || got.Usage != (usage.Usage{InputTokens: want.Input, OutputTokens: want.Output}):
 		return "usage"
-	case got.Reported && (got.Final != want.final || got.InputReported != want.inputReported):
+	case got.Final != want.Final || got.InputReported != want.InputReported:
 		return "final/input flags"
-	case got.GeneratedBytes != want.gen && utf8.Valid(body):
+	case got.GeneratedBytes != want.Gen && utf8.Valid(body):
 		return "generated text"
 	}
 	return ""
@@ -38,7 +39,7 @@ func checkAgainstRef(t *testing.T, ct string, body []byte, split uint8) {
 	if len(body) > 16<<10 {
 		return // keeps the fuzzer fast; the fixture tests cover large bodies
 	}
-	want := refBody(ct, body)
+	want := usageref.Body(ct, body)
 	sizes := []int{len(body), int(split)}
 	if len(body) <= 4<<10 {
 		sizes = append(sizes, 1) // one byte at a time: small inputs only

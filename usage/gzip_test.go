@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/llmrate/llmrate/internal/usageref"
 	"github.com/llmrate/llmrate/usage"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,7 +40,7 @@ func TestRandomSplitsGzip(t *testing.T) {
 	t.Parallel()
 	f := fixture{File: "anthropic-messages-stream.sse.gz", ContentType: "text/event-stream", ContentEncoding: "gzip"}
 	body := readFixture(t, f)
-	ref := refBody(f.ContentType, gunzip(t, f, body))
+	ref := usageref.Body(f.ContentType, gunzip(t, f, body))
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 20 {
 		s := usage.NewScanner(f.ContentType, f.ContentEncoding)
@@ -51,7 +52,7 @@ func TestRandomSplitsGzip(t *testing.T) {
 		got := s.Finish()
 		require.True(t, got.Reported)
 		assert.Equal(t, usage.Usage{InputTokens: 412, OutputTokens: 96}, got.Usage)
-		assert.Equal(t, ref.gen, got.GeneratedBytes)
+		assert.Equal(t, ref.Gen, got.GeneratedBytes)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/llmrate/llmrate/internal/usageref"
 	"github.com/llmrate/llmrate/usage"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,7 +34,7 @@ func TestScannerFixtures(t *testing.T) {
 			t.Parallel()
 			body := readFixture(t, f)
 			want, wantOK := wantUsage(f)
-			ref := refBody(f.ContentType, gunzip(t, f, body))
+			ref := usageref.Body(f.ContentType, gunzip(t, f, body))
 			for name, chunks := range splits(body, uint64(len(body))) {
 				if name == "1-byte" && len(body) > 1<<20 {
 					continue // the 5 MB stream is cut finely by "random" already
@@ -45,8 +46,8 @@ func TestScannerFixtures(t *testing.T) {
 				got := s.Finish()
 				assert.Equal(t, wantOK, got.Reported, "%s: usage reported (%s)", name, f.Note)
 				assert.Equal(t, want, got.Usage, "%s: usage (%s)", name, f.Note)
-				assert.Equal(t, ref.gen, got.GeneratedBytes, "%s: generated text (%s)", name, f.Note)
-				assert.Equal(t, ref.final, got.Final, "%s: final (%s)", name, f.Note)
+				assert.Equal(t, ref.Gen, got.GeneratedBytes, "%s: generated text (%s)", name, f.Note)
+				assert.Equal(t, ref.Final, got.Final, "%s: final (%s)", name, f.Note)
 			}
 		})
 	}

@@ -1,4 +1,10 @@
-package usage_test
+// Package usageref is an obviously-correct reference, for tests only, for
+// the usage rules of testdata/usage/README.md (at the module root) and the
+// generated-text count of the charge rule, written on encoding/json: it
+// decodes whole documents into maps and reads the fixed paths, and walks
+// their tokens for generated text. The streaming scanner of package usage
+// must agree with it on every input; it shares no code with it.
+package usageref
 
 import (
 	"bytes"
@@ -6,15 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-
-	"github.com/llmrate/llmrate/usage"
 )
-
-// This file is an obviously-correct reference for the usage rules of
-// testdata/usage/README.md (at the module root), written on encoding/json:
-// it decodes whole documents into maps and reads the fixed paths, and walks
-// their tokens for generated text. The streaming scanner must agree with it
-// on every input.
 
 var plainInt = regexp.MustCompile(`^[0-9]+$`)
 
@@ -48,13 +46,14 @@ type refAcc struct {
 	gen   int64 // generated text bytes
 }
 
-// refResult is what the reference finds in a body.
-type refResult struct {
-	usage         usage.Usage
-	reported      bool
-	inputReported bool
-	final         bool
-	gen           int64
+// Result is what the reference finds in a body.
+type Result struct {
+	Input, Output int64 // the reported usage (0 when not reported)
+	Reported      bool  // a report was accepted
+	InputReported bool  // an accepted report carried an input field
+	Final         bool  // a report other than Anthropic's message_start was accepted
+	Gen           int64 // decoded bytes of generated text in complete documents
+	Pending       bool  // an SSE body that ends inside an event
 }
 
 // commit applies one report: names are "kept-name=field" pairs read from m
@@ -232,8 +231,8 @@ func refGen(data []byte) int64 {
 	}
 }
 
-func (a *refAcc) result() refResult {
-	r := refResult{reported: a.any, final: a.final, gen: a.gen}
+func (a *refAcc) result() Result {
+	r := Result{Reported: a.any, Final: a.final, Gen: a.gen}
 	if !a.any {
 		return r
 	}
@@ -245,10 +244,10 @@ func (a *refAcc) result() refResult {
 	}
 	for k, v := range a.kept {
 		if a.out[k] {
-			r.usage.OutputTokens = sat(r.usage.OutputTokens, v)
+			r.Output = sat(r.Output, v)
 		} else {
-			r.inputReported = true
-			r.usage.InputTokens = sat(r.usage.InputTokens, v)
+			r.InputReported = true
+			r.Input = sat(r.Input, v)
 		}
 	}
 	return r
@@ -256,10 +255,10 @@ func (a *refAcc) result() refResult {
 
 func newRef() *refAcc { return &refAcc{kept: map[string]int64{}, out: map[string]bool{}} }
 
-// refJSONBody extracts usage from an application/json body. A top-level
+// JSON extracts usage from an application/json body. A top-level
 // array is a sequence of documents; complete elements before a break in the
 // array count (the README leaves this open; llmrate uses them).
-func refJSONBody(body []byte) refResult {
+func JSON(body []byte) Result {
 	a := newRef()
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
@@ -280,9 +279,9 @@ func refJSONBody(body []byte) refResult {
 	return a.result()
 }
 
-// refSSEBody extracts usage from a text/event-stream body, framing it as the
+// SSE extracts usage from a text/event-stream body, framing it as the
 // WHATWG algorithm says, on the whole body at once.
-func refSSEBody(body []byte) refResult {
+func SSE(body []byte) Result {
 	a := newRef()
 	body = bytes.TrimPrefix(body, []byte("\xEF\xBB\xBF"))
 	var lines [][]byte
@@ -330,11 +329,13 @@ func refSSEBody(body []byte) refResult {
 			hasData = true
 		}
 	}
-	return a.result()
+	r := a.result()
+	r.Pending = hasData || len(lines) > 0 && len(lines[len(lines)-1]) > 0
+	return r
 }
 
-// refNDJSONBody extracts usage from an application/x-ndjson body.
-func refNDJSONBody(body []byte) refResult {
+// NDJSON extracts usage from an application/x-ndjson body.
+func NDJSON(body []byte) Result {
 	a := newRef()
 	for _, line := range bytes.Split(body, []byte("\n")) {
 		if len(line) > 0 {
@@ -344,15 +345,15 @@ func refNDJSONBody(body []byte) refResult {
 	return a.result()
 }
 
-// refBody reads body as its Content-Type says (an already decoded body).
-func refBody(ct string, body []byte) refResult {
+// Body reads body as its Content-Type says (an already decoded body).
+func Body(ct string, body []byte) Result {
 	switch strings.ToLower(strings.TrimSpace(strings.SplitN(ct, ";", 2)[0])) {
 	case "application/json":
-		return refJSONBody(body)
+		return JSON(body)
 	case "text/event-stream":
-		return refSSEBody(body)
+		return SSE(body)
 	case "application/x-ndjson":
-		return refNDJSONBody(body)
+		return NDJSON(body)
 	}
-	return refResult{}
+	return Result{}
 }
