@@ -13,6 +13,7 @@ import (
 	"github.com/llmrate/llmrate"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // fixtureProvider serves a fixture body with its status and headers, cut
@@ -214,4 +215,28 @@ func TestNoUsageCarriedOver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGzipBodyCutLeavesNoGoroutine: a gzip body cut off by a handler panic
+// halfway through still has its decoder's goroutine joined when the
+// request ends (goleak; serial, so no other test's goroutines are about).
+func TestGzipBodyCutLeavesNoGoroutine(t *testing.T) {
+	body, err := os.ReadFile(filepath.Join(fixtureDir, "anthropic-messages-stream.sse.gz"))
+	require.NoError(t, err)
+	obs := &recorder{}
+	provider := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Content-Encoding", "gzip")
+		_, _ = w.Write(body[:len(body)/2])
+		panic(http.ErrAbortHandler)
+	})
+	h := newHarness(t, provider, llmrate.WithObserver(obs))
+	func() {
+		defer func() { assert.Equal(t, http.ErrAbortHandler, recover()) }()
+		h.send("sk-gz", 400)
+	}()
+	ev, n := obs.lastReconcile()
+	require.Equal(t, 1, n)
+	assert.True(t, ev.Cut)
+	goleak.VerifyNone(t)
 }

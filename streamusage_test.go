@@ -120,3 +120,38 @@ func TestReconcileSkippedWhenFailedOpen(t *testing.T) {
 	assert.ErrorAs(t, obs.failOpens[0].Err, &se)
 	assert.Equal(t, "admit", obs.failOpens[0].Op)
 }
+
+// TestStreamUsageContentLength: an upstream that declares its stream's
+// Content-Length (a buffering proxy, a recorded replay) must not have that
+// length reach the client once the usage-only chunk is dropped: the client
+// read "unexpected EOF" (declared 177, got 85). Over a real server.
+func TestStreamUsageContentLength(t *testing.T) {
+	t.Parallel()
+	const chunk = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n"
+	const usageChunk = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":22,\"total_tokens\":33}}\n\n"
+	const done = "data: [DONE]\n\n"
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(len(chunk+usageChunk+done)))
+		_, _ = io.WriteString(w, chunk+usageChunk+done)
+	})
+	obs := &recorder{}
+	l, err := llmrate.New(llmrate.WithStreamUsage(), llmrate.WithObserver(obs))
+	require.NoError(t, err)
+	srv := httptest.NewServer(l.Middleware(upstream))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o","stream":true}`))
+	req.Header.Set("Authorization", "Bearer sk-cl")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	got, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err, "the client reads the whole stream")
+	assert.Equal(t, chunk+done, string(got), "the usage-only chunk is dropped, nothing else")
+	assert.NotEqual(t, strconv.Itoa(len(chunk+usageChunk+done)), resp.Header.Get("Content-Length"))
+	require.Eventually(t, func() bool { _, n := obs.lastReconcile(); return n == 1 }, 5e9, 1e6)
+	ev, _ := obs.lastReconcile()
+	assert.Equal(t, llmrate.ReconcileUsage, ev.Kind)
+	assert.Equal(t, int64(33), ev.Actual)
+}
