@@ -135,7 +135,7 @@ func (s *Scanner) Write(p []byte) (int, error) {
 // NDJSON line without a newline is used. Calling Finish again returns the
 // same Result.
 func (s *Scanner) Finish() Result {
-	s.Close()
+	s.closeDecoder()
 	switch s.frame {
 	case FramingJSON:
 		s.js.end()
@@ -152,11 +152,18 @@ func (s *Scanner) Finish() Result {
 	return r
 }
 
-// Close stops decoding the body and joins the decoder's goroutine, if any;
-// bytes written afterwards are counted but not decoded. Finish and Reset
-// close s; Close is for a body abandoned without a result. It is safe to
-// call more than once.
+// Close abandons the body: it stops scanning and joins the decoder's
+// goroutine, if any; bytes written afterwards are only counted. Finish and
+// Reset close s too; Close is for a body abandoned without a result. It is
+// safe to call more than once.
 func (s *Scanner) Close() {
+	s.closeDecoder()
+	s.frame = FramingNone
+}
+
+// closeDecoder ends the decoder's input and waits until it fed the scanner
+// everything it decoded.
+func (s *Scanner) closeDecoder() {
 	if s.dec != nil {
 		s.dec.close()
 		s.dec = nil

@@ -75,3 +75,16 @@ func TestScanMemoryBounded(t *testing.T) {
 	assert.Equal(t, text*4096*int64(writes), got.GeneratedBytes, "every event's text is counted")
 	assert.Zero(t, allocs, "scanning 32 MB of events allocated")
 }
+
+// TestScannerClosed: a closed scanner only counts what it is given.
+func TestScannerClosed(t *testing.T) {
+	t.Parallel()
+	ev := []byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\n")
+	s := usage.NewScanner("text/event-stream", "")
+	s.Close()
+	_, _ = s.Write(ev)
+	got := s.Finish()
+	assert.False(t, got.Reported)
+	assert.Equal(t, int64(len(ev)), got.Bytes)
+	assert.Equal(t, usage.FramingNone, s.Framing())
+}
