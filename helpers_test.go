@@ -5,17 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/storetest"
+	"github.com/llmrate/llmrate/internal/usageref"
 	"github.com/stretchr/testify/require"
 )
 
@@ -123,50 +122,13 @@ func getenv(k string) string { return os.Getenv(k) }
 
 func atomicAdd(p *int64) { atomic.AddInt64(p, 1) }
 
-type fixture struct {
-	File            string `json:"file"`
-	ContentType     string `json:"content_type"`
-	ContentEncoding string `json:"content_encoding"`
-	Status          int    `json:"status"`
-	Input           *int64 `json:"expected_input_tokens"`
-	Output          *int64 `json:"expected_output_tokens"`
-	Note            string `json:"note"`
-}
+type fixture = usageref.Fixture
 
 const fixtureDir = "testdata/usage"
 
-func loadFixtures(t testing.TB) []fixture {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(fixtureDir, "manifest.json"))
-	require.NoError(t, err)
-	var m struct {
-		Fixtures []fixture `json:"fixtures"`
-	}
-	require.NoError(t, json.Unmarshal(raw, &m)) // counts decode into int64, never float64
-	require.NotEmpty(t, m.Fixtures)
-	return m.Fixtures
-}
+func loadFixtures(t testing.TB) []fixture { return usageref.LoadFixtures(t, fixtureDir) }
 
-// splits returns the ways a body is cut into writes: whole, one byte at a
-// time, seeded random sizes, and 64 KiB.
-func splits(body []byte, seed uint64) map[string][][]byte {
-	out := map[string][][]byte{"whole": {body}}
-	var ones, rnd, big [][]byte
-	for i := range body {
-		ones = append(ones, body[i:i+1])
-	}
-	r := rand.New(rand.NewPCG(seed, 7))
-	for b := body; len(b) > 0; {
-		n := min(len(b), 1+r.IntN(97))
-		rnd, b = append(rnd, b[:n]), b[n:]
-	}
-	for b := body; len(b) > 0; {
-		n := min(len(b), 64<<10)
-		big, b = append(big, b[:n]), b[n:]
-	}
-	out["1-byte"], out["random"], out["64KiB"] = ones, rnd, big
-	return out
-}
+var splits = usageref.Splits
 
 func wantUsage(f fixture) (llmrate.Usage, bool) {
 	if f.Input == nil {

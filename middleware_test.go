@@ -551,20 +551,6 @@ func charged(t *testing.T, ct, ce string, status int, body []byte, cut bool, con
 	return ev
 }
 
-// wantCharge is the charge rule, applied to what the encoding/json
-// reference found: final usage on a completed response exactly; otherwise
-// input (reported, else the estimate) + max(reported output, ⌊G/4⌋).
-func wantCharge(ref usageref.Result, est int64, cut bool) int64 {
-	if ref.Final && !cut && !ref.Pending {
-		return ref.Input + ref.Output
-	}
-	in := est
-	if ref.InputReported {
-		in = ref.Input
-	}
-	return in + max(ref.Output, ref.Gen/4)
-}
-
 // TestChargeIssueNumbers reproduces the review's numbers: a 492 KB
 // completed OpenAI stream without usage (estimate 1,000) was charged 1,000,
 // and the same stream cut 3 bytes early 124,002 (estimate + every byte ÷
@@ -648,7 +634,7 @@ func TestChargeFixtures(t *testing.T) {
 		t.Run(f.File, func(t *testing.T) {
 			t.Parallel()
 			complete := charged(t, f.ContentType, f.ContentEncoding, f.Status, body, false, 4000)
-			assert.Equal(t, wantCharge(ref, 1000, false), complete.Actual, "complete (%s)", f.Note)
+			assert.Equal(t, ref.Charge(1000, false), complete.Actual, "complete (%s)", f.Note)
 			if f.ContentEncoding != "" {
 				return // a cut of compressed bytes has no plain prefix to compare with
 			}
@@ -656,7 +642,7 @@ func TestChargeFixtures(t *testing.T) {
 			for range 24 {
 				k := r.IntN(len(body) + 1)
 				ev := charged(t, f.ContentType, "", f.Status, body[:k], true, 4000)
-				assert.Equal(t, wantCharge(usageref.Body(f.ContentType, body[:k]), 1000, true), ev.Actual, "cut at %d (%s)", k, f.Note)
+				assert.Equal(t, usageref.Body(f.ContentType, body[:k]).Charge(1000, true), ev.Actual, "cut at %d (%s)", k, f.Note)
 				assert.LessOrEqual(t, ev.Actual, complete.Actual, "cut at %d charges more than complete", k)
 			}
 		})
