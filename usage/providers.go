@@ -74,10 +74,31 @@ var textMembers = [...]string{
 	"delta", "reasoning_content", "reasoning", "refusal", "response",
 }
 
+// textByLen and rootByLen index textMembers and the rows' members by
+// length, so a member name is compared with at most a few candidates.
+var (
+	textByLen [32][]string
+	rootByLen [32][]slot
+)
+
+func init() {
+	for _, m := range textMembers {
+		textByLen[len(m)] = append(textByLen[len(m)], m)
+	}
+	for s := slotXGroq; s < numSlots; s++ {
+		if m := paths[s].member; m != "" {
+			rootByLen[len(m)] = append(rootByLen[len(m)], s)
+		}
+	}
+}
+
 // isTextMember reports whether name is one of textMembers.
 func isTextMember(name []byte) bool {
-	for _, m := range textMembers {
-		if len(m) == len(name) && m == string(name) {
+	if len(name) >= len(textByLen) {
+		return false
+	}
+	for _, m := range textByLen[len(name)] {
+		if m == string(name) {
 			return true
 		}
 	}
@@ -86,8 +107,11 @@ func isTextMember(name []byte) bool {
 
 // rootMember returns the row whose member is name, if any.
 func rootMember(name []byte) slot {
-	for s := slotXGroq; s < numSlots; s++ {
-		if m := paths[s].member; m != "" && len(m) == len(name) && m == string(name) {
+	if len(name) >= len(rootByLen) {
+		return slotNone
+	}
+	for _, s := range rootByLen[len(name)] {
+		if paths[s].member == string(name) {
 			return s
 		}
 	}
