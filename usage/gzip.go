@@ -44,11 +44,12 @@ func (g *gzipDecoder) write(p []byte) {
 	_, _ = g.pw.Write(p)
 }
 
-func (g *gzipDecoder) close() {
+func (g *gzipDecoder) close() error {
 	if g.pw == nil {
-		return
+		return nil
 	}
 	_ = g.pw.Close()
 	<-g.done
 	g.pw = nil
+	return nil
 }

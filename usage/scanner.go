@@ -47,11 +47,12 @@ func framingFor(contentType string) Framing {
 // decoder undoes a Content-Encoding on the side: write takes encoded body
 // bytes and the decoded bytes reach the scanner's feed, in order; close
 // ends the input and returns once every decoded byte has been fed (it joins
-// any goroutine the decoder started). A decoder that meets bytes it cannot
-// decode stops feeding and swallows the rest.
+// any goroutine the decoder started), with an error if the body was not
+// wholly decoded. A decoder that meets bytes it cannot decode stops feeding
+// and swallows the rest. (decode.go's *decodeFeed has this shape.)
 type decoder interface {
 	write(p []byte)
-	close()
+	close() error
 }
 
 // newDecoder returns the decoder for a Content-Encoding that feeds s: nil
@@ -165,7 +166,7 @@ func (s *Scanner) Close() {
 // everything it decoded.
 func (s *Scanner) closeDecoder() {
 	if s.dec != nil {
-		s.dec.close()
+		_ = s.dec.close() // not reported yet: the body is simply scanned as far as it decoded
 		s.dec = nil
 	}
 }
