@@ -16,7 +16,9 @@ import (
 // gets include_usage set (Content-Length fixed up), so the stream ends with a
 // usage chunk the limiter reconciles with. That usage-only chunk is then
 // dropped from what the client receives, so a client that did not ask for it
-// never sees it. A client that asked for usage gets it untouched. Bodies over
+// never sees it; such a response goes out without the upstream's
+// Content-Length, which would no longer hold. A client that asked for usage
+// gets it untouched. Bodies over
 // DefaultMaxInjectBody bytes (1 MiB, the most held per request), or not JSON
 // objects, are forwarded untouched. Default: off (request bodies are never
 // read).
