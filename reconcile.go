@@ -106,6 +106,11 @@ func (q *reconcileQueue) startWorkers() {
 func (q *reconcileQueue) work() {
 	defer q.wg.Done()
 	for {
+		select { // quit first: once Close gives up, queued jobs are reported, not started
+		case <-q.quit:
+			return
+		default:
+		}
 		select {
 		case j := <-q.jobs:
 			q.apply(j)
