@@ -83,6 +83,7 @@ type Store struct {
 	retry    time.Duration
 	fallback *llmrate.MemoryStore
 	batch    *batcher // nil: one call per admission
+	leases   *leaser  // nil: no leases
 
 	downUntil   atomic.Int64 // unix ns: Redis is not tried before this
 	consecutive atomic.Int64 // failed calls in a row
@@ -188,6 +189,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
+	if s.batch != nil && s.leases != nil {
+		return nil, errors.New("redisstore: WithLeases and WithBatching cannot be combined")
+	}
 	return s, nil
 }
 
@@ -249,6 +253,9 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	if !s.up() {
 		return s.admitLocal(ctx, r, errDown)
 	}
+	if s.leases != nil {
+		return s.admitLeased(ctx, r)
+	}
 	if s.batch != nil {
 		return s.admitBatched(ctx, r)
 	}
@@ -278,19 +285,29 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 	if !s.up() {
 		return s.reconcileLocal(ctx, r, errDown)
 	}
-	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	bound := func(actual, tpm int64) int64 { return max(0, min(actual, 4*tpm)) }
-	err := reconcileScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), r.Estimate,
-		bound(r.Actual, r.KeyLimits.TokensPerMinute), bound(r.Actual, r.WorkspaceLimits.TokensPerMinute),
-		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
-		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo)).Err()
+	var err error
+	if s.leases != nil {
+		err = s.reconcileLeased(ctx, r)
+	} else {
+		k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		err = reconcileScript.Run(ctx, s.c, []string{k, w}, reconcileArgs(s.nowArg(), r)...).Err()
+	}
 	if err != nil {
 		return s.reconcileLocal(ctx, r, s.failed(err))
 	}
 	s.succeeded()
 	return nil
+}
+
+// reconcileArgs are reconcile.lua's arguments.
+func reconcileArgs(now string, r llmrate.ReconcileRequest) []any {
+	bound := func(actual, tpm int64) int64 { return max(0, min(actual, 4*tpm)) }
+	return []any{now, r.Estimate,
+		bound(r.Actual, r.KeyLimits.TokensPerMinute), bound(r.Actual, r.WorkspaceLimits.TokensPerMinute),
+		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
+		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo)}
 }
 
 // appendAdmitArgs appends one admission's arguments in the order admit_one
