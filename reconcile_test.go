@@ -23,7 +23,6 @@ type holdStore struct {
 	hold    int64
 	started chan struct{} // receives once the held reconcile entered the store
 	release chan struct{}
-	honour  bool
 
 	mu      sync.Mutex
 	applied map[int64]bool

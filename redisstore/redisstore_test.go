@@ -331,9 +331,9 @@ func TestServerTime(t *testing.T) {
 
 // TestRedisDownAndBack stops and restarts the real redis-server mid-run.
 func TestRedisDownAndBack(t *testing.T) {
-	for _, mode := range []struct{ fallback, batch bool }{{false, false}, {true, false}, {false, true}} {
+	for _, mode := range []struct{ fallback, batch, leases bool }{{false, false, false}, {true, false, false}, {false, true, false}, {false, false, true}, {true, false, true}} {
 		fallback := mode.fallback
-		t.Run(fmt.Sprintf("fallback=%v,batching=%v", mode.fallback, mode.batch), func(t *testing.T) {
+		t.Run(fmt.Sprintf("fallback=%v,batching=%v,leases=%v", mode.fallback, mode.batch, mode.leases), func(t *testing.T) {
 			srv := redistest.Start(t)
 			c := client(t, srv.Addr)
 			opts := []redisstore.Option{redisstore.WithTimeout(30 * time.Millisecond), redisstore.WithRetryInterval(200 * time.Millisecond)}
@@ -342,6 +342,9 @@ func TestRedisDownAndBack(t *testing.T) {
 			}
 			if mode.batch {
 				opts = append(opts, redisstore.WithBatching(8))
+			}
+			if mode.leases {
+				opts = append(opts, redisstore.WithLeases(0.1))
 			}
 			s := newStore(t, c, opts...)
 			l, err := llmrate.New(llmrate.WithStore(s))
