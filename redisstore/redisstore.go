@@ -30,6 +30,29 @@
 // Arithmetic is exact, in microseconds (Redis's TIME resolution), with the
 // same results as the memory store's for clock readings on whole
 // microseconds.
+//
+// # Leases
+//
+// With WithLeases(share), a busy key's next Redis call also takes a lease of
+// up to share × the capacity of its buckets into the process, and
+// admissions are then decided locally against it. Bound: N processes
+// together never admit more than one exact limit would (leases are debited
+// up front, and a bucket refills only up to its capacity less what is out on
+// lease); the capacity held in other processes' unused leases is at most
+// N × share × capacity per bucket, and comes back when a lease is idle
+// (within a second), expires (3 s after it was taken) or its store is
+// closed. Meanwhile a request that one exact limit would admit may be
+// refused; its Retry-After is computed from the Redis level as without
+// leases, so it does not count that held capacity: at worst the client
+// could have been admitted sooner, never later than it says once the
+// leases are back. Leases are returned by a goroutine that Close stops.
+//
+// # Context
+//
+// go-redis ends a call at its context's deadline only on a client built
+// with ContextTimeoutEnabled; the store reports that through
+// HonoursContext, and the limiter then calls it directly, without a
+// goroutine of its own per call.
 package redisstore
 
 import (
