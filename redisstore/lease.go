@@ -51,11 +51,11 @@ const (
 // processes × share × capacity per bucket, returned once a lease has been
 // unused for about a second (at most leaseIdle + leaseTick), when it
 // expires (3 s after it was taken, also if its process died) or at Close.
-// A request refused meanwhile is refused with the Retry-After computed from
-// the Redis level, as without leases: it does not count capacity that other
-// processes hold, so a client may find room before that wait if their
-// leases come back, and, while the stranded capacity is the only room
-// left, is refused although one exact limit would have admitted it.
+// A request refused meanwhile gets the Retry-After computed from the Redis
+// level, as without leases: it counts neither the capacity other processes
+// hold (which may come back sooner) nor leases still out when it expires;
+// while the held capacity is the only room left, a request is refused that
+// one exact limit would have admitted.
 //
 // Reconciles go to Redis as without leases. Every process sharing the
 // buckets must use leases, or none: a process without them does not see

@@ -43,9 +43,10 @@
 // (within a second), expires (3 s after it was taken) or its store is
 // closed. Meanwhile a request that one exact limit would admit may be
 // refused; its Retry-After is computed from the Redis level as without
-// leases, so it does not count that held capacity: at worst the client
-// could have been admitted sooner, never later than it says once the
-// leases are back. Leases are returned by a goroutine that Close stops.
+// leases, so it counts neither that held capacity (which may come back
+// sooner) nor the leases still out when it expires (a retry then may be
+// refused again, for at most a lease's life). Leases are returned by a
+// goroutine that Close stops.
 //
 // # Context
 //
