@@ -233,3 +233,30 @@ func TestLeasesRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseReturnedWhenIdle: a lease unused for 0.8 s (on the stores'
+// clock) goes back to Redis by itself, and another process then finds its
+// capacity in the bucket.
+func TestLeaseReturnedWhenIdle(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	clk := storetest.NewClock()
+	stores := sharedStores(t, c, 2, 0.25, clk.Now)
+	a, b := stores[0], stores[1]
+	lim := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1_000_000} // capacity 20 requests: a lease of 5
+	admit := func(s *redisstore.Store) llmrate.Decision {
+		d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-i", Workspace: "sk-i", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true, Now: clk.Now()})
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		return d
+	}
+	admit(a)
+	admit(a) // busy now: takes a lease of 5 requests
+	_, w := a.Keys("sk-i", "sk-i")
+	require.Equal(t, int64(1), c.HLen(context.Background(), w+":l").Val(), "one lease out")
+	clk.Advance(800 * time.Millisecond) // refills 0.13 of a request: no whole unit
+	require.Eventually(t, func() bool { return c.HLen(context.Background(), w+":l").Val() == 0 }, 3*time.Second, 10*time.Millisecond,
+		"the idle lease was returned")
+	// 20 - 2 admitted - 1 now; the unused lease is back in the bucket.
+	assert.Equal(t, int64(17), admit(b).Remaining[llmrate.WorkspaceRequests])
+}
