@@ -54,7 +54,7 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 	// middleware returns an op serving one request for a key through a
 	// fresh limiter on a fresh prefix, and a func closing it.
 	middleware := func(b *testing.B, wrap bool, share float64, opts ...llmrate.Option) (func(key string) error, func()) {
-		ropts := []redisstore.Option{redisstore.WithPrefix("b" + strconv.FormatInt(prefix.Add(1), 10)), redisstore.WithTimeout(time.Second)}
+		ropts := []redisstore.Option{redisstore.WithHashKey([]byte("bench-secret-0123456789")), redisstore.WithPrefix("b" + strconv.FormatInt(prefix.Add(1), 10)), redisstore.WithTimeout(time.Second)}
 		if share > 0 {
 			ropts = append(ropts, redisstore.WithLeases(share))
 		}

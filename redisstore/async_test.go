@@ -15,6 +15,7 @@ import (
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -120,4 +121,23 @@ func TestResponseCompletesBeforeReconcile(t *testing.T) {
 	got, err := sync.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-c", Workspace: "sk-c", KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Solo: true, Now: now})
 	require.NoError(t, err)
 	assert.Equal(t, int64(400_000-90_007-2), got.Remaining[llmrate.WorkspaceTokens])
+}
+
+// TestHonoursContext: only a client that ends calls at their context's
+// deadline lets the limiter call the store directly.
+func TestHonoursContext(t *testing.T) {
+	off := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer off.Close()
+	on := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer on.Close()
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	defer cluster.Close()
+	for _, tc := range []struct {
+		c    redis.UniversalClient
+		want bool
+	}{{off, false}, {on, true}, {cluster, true}} {
+		s, err := redisstore.New(tc.c, testHashKey)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, s.HonoursContext())
+	}
 }

@@ -20,6 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// testHashKey is the name-hash secret of the stores these tests build
+// themselves.
+var testHashKey = redisstore.WithHashKey([]byte("lease-test-secret-0123456789"))
+
 // leaseStore is newStore with leases, closed when the test ends.
 func leaseStore(t *testing.T, c redis.UniversalClient, share float64, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
@@ -44,13 +48,13 @@ func TestLeasesOptionValidated(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	for _, share := range []float64{0, -0.1, 0.2500001, 1, math.NaN(), math.Inf(1)} {
-		_, err := redisstore.New(c, redisstore.WithLeases(share))
+		_, err := redisstore.New(c, testHashKey, redisstore.WithLeases(share))
 		assert.Error(t, err, "%v", share)
 	}
-	s, err := redisstore.New(c, redisstore.WithLeases(0.25))
+	s, err := redisstore.New(c, testHashKey, redisstore.WithLeases(0.25))
 	require.NoError(t, err)
 	require.NoError(t, s.Close(context.Background()))
-	_, err = redisstore.New(c, redisstore.WithLeases(0.1), redisstore.WithBatching(8))
+	_, err = redisstore.New(c, testHashKey, redisstore.WithLeases(0.1), redisstore.WithBatching(8))
 	assert.ErrorContains(t, err, "cannot be combined")
 }
 
@@ -60,7 +64,7 @@ func sharedStores(t *testing.T, c redis.UniversalClient, n int, share float64, c
 	p := "t" + strconv.FormatInt(prefixes.Add(1), 10)
 	var out []*redisstore.Store
 	for range n {
-		s, err := redisstore.New(c, redisstore.WithPrefix(p), redisstore.WithTimeout(time.Second), redisstore.WithLeases(share), redisstore.WithClock(clock))
+		s, err := redisstore.New(c, testHashKey, redisstore.WithPrefix(p), redisstore.WithTimeout(time.Second), redisstore.WithLeases(share), redisstore.WithClock(clock))
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, s.Close(context.Background())) })
 		out = append(out, s)
