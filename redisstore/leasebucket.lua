@@ -31,7 +31,9 @@ end
 -- lload is load (bucket.lua) with the capacity out on lease taken off each
 -- bucket's capacity while it refills. The caller's own lease (if any) is
 -- then returned: its record is deleted and its unused part, ret_r and
--- ret_t, credited, up to the capacity less the other leases.
+-- ret_t, credited. The level is then at most the capacity less the other
+-- leases (a level above it, after the figures were lowered, is clamped
+-- there, as load clamps to the capacity).
 -- Returns the entry and {lr, lt, maxexp} of the other leases.
 local function lload(key, hkey, now, rrate, trate, own, ret_r, ret_t)
   local lr, lt, maxexp, mine = leases(hkey, now, own)
@@ -49,14 +51,21 @@ local function lload(key, hkey, now, rrate, trate, own, ret_r, ret_t)
   end
   local dt = now - e[1]
   if dt > 0 then e[1] = now else dt = 0 end
-  e[2], e[3] = refill(e[2], e[3], rrate, 2 * rrate - hr, dt)
-  e[4], e[5] = refill(e[4], e[5], trate, 2 * trate - ht, dt)
+  -- Refill up to the capacity less every lease, the caller's included; a
+  -- level above that (figures lowered since) is clamped below, once the
+  -- caller's lease is back.
+  if e[2] < 2 * rrate - hr then e[2], e[3] = refill(e[2], e[3], rrate, 2 * rrate - hr, dt) end
+  if e[4] < 2 * trate - ht then e[4], e[5] = refill(e[4], e[5], trate, 2 * trate - ht, dt) end
   if mine then
     redis.call("HDEL", hkey, own)
-    e[2] = math.min(e[2] + math.min(ret_r, mine[1]), 2 * rrate - lr)
-    e[4] = math.min(e[4] + math.min(ret_t, mine[2]), 2 * trate - lt)
-    if e[2] >= 2 * rrate - lr then e[3] = 0 end
-    if e[4] >= 2 * trate - lt then e[5] = 0 end
+    e[2] = e[2] + math.min(ret_r, mine[1])
+    e[4] = e[4] + math.min(ret_t, mine[2])
+  end
+  if e[2] >= 2 * rrate - lr then
+    e[2], e[3] = 2 * rrate - lr, 0
+  end
+  if e[4] >= 2 * trate - lt then
+    e[4], e[5] = 2 * trate - lt, 0
   end
   return e, {lr, lt, maxexp}
 end
