@@ -51,6 +51,7 @@ func newHarness(t *testing.T, next http.Handler, opts ...llmrate.Option) *harnes
 	c := newFakeClock()
 	l, err := llmrate.New(append([]llmrate.Option{llmrate.WithClock(c.Now)}, opts...)...)
 	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
 	return &harness{t: t, clock: c, lim: l, h: l.Middleware(next)}
 }
 

@@ -1,10 +1,8 @@
 package llmrate
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -27,6 +25,10 @@ type Limiter struct {
 	solo      bool // each key is its own workspace, with equal figures
 
 	shadowRefusals atomic.Int64
+
+	calls     *storeCaller    // the store, when it is not the memory store
+	rq        *reconcileQueue // nil: reconciles run on the request's goroutine
+	closeOnce sync.Once
 }
 
 // New returns a Limiter configured by opts. Every option has a safe
@@ -45,6 +47,12 @@ func New(opts ...Option) (*Limiter, error) {
 		l.mem = m
 		if m.onEvict == nil && c.observer != nil {
 			m.onEvict = c.observer.Evicted
+		}
+	}
+	if l.mem == nil {
+		l.calls = newStoreCaller(c.store, c.timeout, c.maxStoreCalls)
+		if c.reconcileQueue > 0 {
+			l.rq = newReconcileQueue(l, c.reconcileQueue)
 		}
 	}
 	l.trackers.New = func() any { return newTracker(l) }
@@ -192,7 +200,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	if l.mem != nil {
 		a.d, err = l.mem.Admit(ctx, req)
 	} else {
-		a.d, err = callStore(ctx, c.timeout, func(ctx context.Context) (Decision, error) { return c.store.Admit(ctx, req) })
+		a.d, err = l.calls.admit(ctx, req)
 	}
 	if err != nil {
 		l.failOpen(a, "admit", &StoreError{Op: "admit", Err: err})
@@ -206,39 +214,6 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		o.Decided(ev)
 	}
 	return true
-}
-
-// callStore runs one store call on its own goroutine, bounded by timeout,
-// so a store that ignores its context still cannot hold the request past
-// the timeout. A panic inside the store is returned as a *PanicError.
-func callStore[T any](parent context.Context, timeout time.Duration, f func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), timeout)
-	defer cancel()
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		var res result
-		defer func() {
-			if p := recover(); p != nil {
-				res.err = &PanicError{Where: "store", Value: p}
-			}
-			ch <- res
-		}()
-		res.v, res.err = f(ctx)
-	}()
-	select {
-	case res := <-ch:
-		if res.err != nil && ctx.Err() != nil {
-			res.err = fmt.Errorf("%w after %v: %w", ErrStoreTimeout, timeout, res.err)
-		}
-		return res.v, res.err
-	case <-ctx.Done():
-		var zero T
-		return zero, fmt.Errorf("%w after %v", ErrStoreTimeout, timeout)
-	}
 }
 
 // failOpen counts and logs a fault that let a request through.
@@ -287,17 +262,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		// The clock is read again: the charge lands when the response ended,
 		// as it does on a store with its own clock.
 		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock()}
-		var err error
-		if l.mem != nil {
-			err = l.mem.Reconcile(r.Context(), req)
-		} else {
-			_, err = callStore(r.Context(), l.cfg.timeout, func(ctx context.Context) (struct{}, error) {
-				return struct{}{}, l.cfg.store.Reconcile(ctx, req)
-			})
-		}
-		if err != nil {
-			l.failOpen(a, "reconcile", &StoreError{Op: "reconcile", Err: err})
-		}
+		l.reconcile(r.Context(), a, req)
 	}
 	if ce := l.debug.Check(zap.DebugLevel, "llmrate: reconciled"); ce != nil {
 		ce.Write(zap.String("key_fp", Fingerprint(a.key)), zap.Stringer("kind", ev.Kind), zap.Int64("estimate", ev.Estimate),

@@ -3,7 +3,8 @@ package llmrate
 import "time"
 
 // Observer receives the limiter's events, synchronously on the request's
-// goroutine: implementations must be fast and safe for concurrent use (e.g.
+// goroutine (FailedOpen for a queued reconcile: on the worker that applied
+// it): implementations must be fast and safe for concurrent use (e.g.
 // increment Prometheus counters). Events never carry a raw API key or a
 // workspace name (by default a workspace is its key).
 type Observer interface {

@@ -44,6 +44,10 @@ type config struct {
 	shadow      bool
 	errs        []error
 	nilOptions  int
+
+	maxStoreCalls     int
+	reconcileQueue    int
+	reconcileQueueSet bool
 }
 
 func (c *config) fail(option string, err error) {
@@ -217,6 +221,9 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	if c.store == nil {
 		c.store = NewMemoryStore()
+	}
+	if !c.reconcileQueueSet {
+		c.reconcileQueue = DefaultReconcileQueue
 	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)

@@ -11,6 +11,8 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(go version) $(nproc) cores"
 echo "# llmrate core: admission, middleware, usage scanning (root module)"
 GOWORK= go test -run '^$' -bench 'Admit|Middleware|Bare|Scan|Observer' -benchtime "$BENCHTIME" -count "$COUNT" .
 echo "# side by side with the peers (bench module)"
-(cd bench && go test -run '^$' -bench 'Decision|Middleware' -benchtime "$BENCHTIME" -count "$COUNT" .)
+(cd bench && go test -run '^$' -bench '^Benchmark(Decision|Middleware)$' -benchtime "$BENCHTIME" -count "$COUNT" .)
 (cd bench && go test -run '^$' -bench 'MemoryPerKey' -benchtime 1x -count 1 .)
-(cd bench && go test -run '^$' -bench 'Redis' -benchtime 5000x -count "$COUNT" .)
+(cd bench && go test -run '^$' -bench '^BenchmarkRedis$' -benchtime 5000x -count "$COUNT" .)
+# the whole middleware on Redis vs redis_rate and INCR, and leases on a hot key
+(cd bench && go test -run '^$' -bench '^BenchmarkMiddlewareRedis$' -benchtime 5000x -count "$COUNT" .)

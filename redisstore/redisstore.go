@@ -30,6 +30,30 @@
 // Arithmetic is exact, in microseconds (Redis's TIME resolution), with the
 // same results as the memory store's for clock readings on whole
 // microseconds.
+//
+// # Leases
+//
+// With WithLeases(share), a busy key's next Redis call also takes a lease of
+// up to share × the capacity of its buckets into the process, and
+// admissions are then decided locally against it. Bound: N processes
+// together never admit more than one exact limit would (leases are debited
+// up front, and a bucket refills only up to its capacity less what is out on
+// lease); the capacity held in other processes' unused leases is at most
+// N × share × capacity per bucket, and comes back when a lease is idle
+// (within a second), expires (3 s after it was taken) or its store is
+// closed. Meanwhile a request that one exact limit would admit may be
+// refused; its Retry-After is computed from the Redis level as without
+// leases, so it counts neither that held capacity (which may come back
+// sooner) nor the leases still out when it expires (a retry then may be
+// refused again, for at most a lease's life). Leases are returned by a
+// goroutine that Close stops.
+//
+// # Context
+//
+// go-redis ends a call at its context's deadline only on a client built
+// with ContextTimeoutEnabled; the store reports that through
+// HonoursContext, and the limiter then calls it directly, without a
+// goroutine of its own per call.
 package redisstore
 
 import (
@@ -83,6 +107,7 @@ type Store struct {
 	retry    time.Duration
 	fallback *llmrate.MemoryStore
 	batch    *batcher // nil: one call per admission
+	leases   *leaser  // nil: no leases
 
 	downUntil   atomic.Int64 // unix ns: Redis is not tried before this
 	consecutive atomic.Int64 // failed calls in a row
@@ -188,6 +213,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
+	if s.batch != nil && s.leases != nil {
+		return nil, errors.New("redisstore: WithLeases and WithBatching cannot be combined")
+	}
 	return s, nil
 }
 
@@ -249,6 +277,9 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	if !s.up() {
 		return s.admitLocal(ctx, r, errDown)
 	}
+	if s.leases != nil {
+		return s.admitLeased(ctx, r)
+	}
 	if s.batch != nil {
 		return s.admitBatched(ctx, r)
 	}
@@ -278,19 +309,29 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 	if !s.up() {
 		return s.reconcileLocal(ctx, r, errDown)
 	}
-	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	bound := func(actual, tpm int64) int64 { return max(0, min(actual, 4*tpm)) }
-	err := reconcileScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), r.Estimate,
-		bound(r.Actual, r.KeyLimits.TokensPerMinute), bound(r.Actual, r.WorkspaceLimits.TokensPerMinute),
-		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
-		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo)).Err()
+	var err error
+	if s.leases != nil {
+		err = s.reconcileLeased(ctx, r)
+	} else {
+		k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		err = reconcileScript.Run(ctx, s.c, []string{k, w}, reconcileArgs(s.nowArg(), r)...).Err()
+	}
 	if err != nil {
 		return s.reconcileLocal(ctx, r, s.failed(err))
 	}
 	s.succeeded()
 	return nil
+}
+
+// reconcileArgs are reconcile.lua's arguments.
+func reconcileArgs(now string, r llmrate.ReconcileRequest) []any {
+	bound := func(actual, tpm int64) int64 { return max(0, min(actual, 4*tpm)) }
+	return []any{now, r.Estimate,
+		bound(r.Actual, r.KeyLimits.TokensPerMinute), bound(r.Actual, r.WorkspaceLimits.TokensPerMinute),
+		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
+		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo)}
 }
 
 // appendAdmitArgs appends one admission's arguments in the order admit_one

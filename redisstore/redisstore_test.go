@@ -189,6 +189,7 @@ func TestOneRoundTripPerAdmission(t *testing.T) {
 	s := newStore(t, c)
 	l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithStoreTimeout(time.Second))
 	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
 	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"usage":{"prompt_tokens":10,"completion_tokens":5}}`))
@@ -199,6 +200,7 @@ func TestOneRoundTripPerAdmission(t *testing.T) {
 		r.Header.Set("Authorization", "Bearer sk-rt")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
+		require.NoError(t, l.Flush(context.Background())) // the reconcile, applied after the response
 		return w.Code
 	}
 	require.Equal(t, http.StatusOK, send()) // loads the scripts (NOSCRIPT → EVAL)
@@ -210,7 +212,9 @@ func TestOneRoundTripPerAdmission(t *testing.T) {
 	after := commandCalls(t, c)
 	assert.Equal(t, int64(2*n), after["evalsha"]-before["evalsha"], "one EVALSHA per admission and one per reconcile")
 	for cmd, calls := range after {
-		if cmd != "evalsha" && cmd != "info" && cmd != "get" && cmd != "set" && cmd != "time" { // get/set/time run inside the script
+		// get/set/time run inside the script; hello and client set up a new
+		// pooled connection (the reconcile workers' own).
+		if cmd != "evalsha" && cmd != "info" && cmd != "get" && cmd != "set" && cmd != "time" && cmd != "hello" && cmd != "client" {
 			assert.Equal(t, before[cmd], calls, "no other round trips (%s)", cmd)
 		}
 	}
@@ -327,9 +331,9 @@ func TestServerTime(t *testing.T) {
 
 // TestRedisDownAndBack stops and restarts the real redis-server mid-run.
 func TestRedisDownAndBack(t *testing.T) {
-	for _, mode := range []struct{ fallback, batch bool }{{false, false}, {true, false}, {false, true}} {
+	for _, mode := range []struct{ fallback, batch, leases bool }{{false, false, false}, {true, false, false}, {false, true, false}, {false, false, true}, {true, false, true}} {
 		fallback := mode.fallback
-		t.Run(fmt.Sprintf("fallback=%v,batching=%v", mode.fallback, mode.batch), func(t *testing.T) {
+		t.Run(fmt.Sprintf("fallback=%v,batching=%v,leases=%v", mode.fallback, mode.batch, mode.leases), func(t *testing.T) {
 			srv := redistest.Start(t)
 			c := client(t, srv.Addr)
 			opts := []redisstore.Option{redisstore.WithTimeout(30 * time.Millisecond), redisstore.WithRetryInterval(200 * time.Millisecond)}
@@ -339,9 +343,13 @@ func TestRedisDownAndBack(t *testing.T) {
 			if mode.batch {
 				opts = append(opts, redisstore.WithBatching(8))
 			}
+			if mode.leases {
+				opts = append(opts, redisstore.WithLeases(0.1))
+			}
 			s := newStore(t, c, opts...)
 			l, err := llmrate.New(llmrate.WithStore(s))
 			require.NoError(t, err)
+			t.Cleanup(func() { _ = l.Close(context.Background()) })
 			h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 			send := func(key string) (int, time.Duration) {
 				r := httptest.NewRequest(http.MethodPost, "/", nil)

@@ -105,6 +105,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 	quiet := fs.Bool("quiet", false, "do not print the curl examples")
 	storeTimeout := fs.Duration("store-timeout", llmrate.DefaultStoreTimeout, "bound on each store call; past it the request fails open")
 	redisTimeout := fs.Duration("redis-timeout", 30*time.Millisecond, "bound on each Redis call (keep it below -store-timeout)")
+	leases := fs.Float64("leases", 0, "with -redis: take leases of this share (0 < share <= 0.25) of a busy key's capacity and admit against them locally (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 	}
 	opts = append(opts, policies...)
 	opts = append(opts, llmrate.WithStoreTimeout(*storeTimeout))
-	storeOpts, closeStore, err := storeOptions(ctx, *redisURL, *redisTimeout, log)
+	storeOpts, closeStore, err := storeOptions(ctx, *redisURL, *redisTimeout, *leases, log)
 	if err != nil {
 		return err
 	}
@@ -239,5 +240,6 @@ Try:
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	return nil
+	// Apply the reconciles still queued and return the store's leases.
+	return lim.Close(sctx)
 }

@@ -142,3 +142,18 @@ func TestThreeProcessesOneLimit(t *testing.T) {
 	assert.Equal(t, int64(250), admitted, "per process: each of 3 processes admits its own 200 burst (took %v)", took)
 	t.Logf("memory, 3 processes: %d of 250 admitted in %v", admitted, took)
 }
+
+// TestThreeProcessesLeases: the same with leases of 0.1 of the capacity:
+// never more than the exact limit, and at most 3 × 0.1 × 200 less.
+func TestThreeProcessesLeases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	srv := redistest.Start(t)
+	urls := startProcesses(t, 3, "-redis", "redis://"+srv.Addr+"/0", "-leases", "0.1")
+	admitted, took := roundRobin(t, urls, "sk-shared", 250)
+	// Wall clock (Redis TIME): one request refills per 0.6 s elapsed.
+	assert.GreaterOrEqual(t, admitted, int64(200-3*20))
+	assert.LessOrEqual(t, admitted, 200+int64(took/(600*time.Millisecond)), "took %v", took)
+	t.Logf("redis with leases 0.1, 3 processes: %d of 250 admitted in %v", admitted, took)
+}

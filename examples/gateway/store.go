@@ -13,7 +13,7 @@ import (
 
 // storeOptions returns the store options for -redis (none: per-process
 // memory) and a function that releases the store.
-func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, log *zap.Logger) ([]llmrate.Option, func(), error) {
+func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, leases float64, log *zap.Logger) ([]llmrate.Option, func(), error) {
 	if redisURL == "" {
 		return nil, func() {}, nil
 	}
@@ -30,7 +30,11 @@ func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, l
 		// Start anyway: the limiter fails open until Redis answers.
 		log.Warn("redis not reachable at start; failing open until it is", zap.Error(err))
 	}
-	store, err := redisstore.New(client, redisstore.WithTimeout(timeout))
+	ropts := []redisstore.Option{redisstore.WithTimeout(timeout)}
+	if leases != 0 {
+		ropts = append(ropts, redisstore.WithLeases(leases))
+	}
+	store, err := redisstore.New(client, ropts...)
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, err

@@ -70,6 +70,7 @@ var provider = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 type env struct {
 	t     *testing.T
 	clock *Clock
+	l     *llmrate.Limiter
 	h     http.Handler
 }
 
@@ -81,7 +82,8 @@ func newEnv(t *testing.T, f Factory, opts ...llmrate.Option) *env {
 		llmrate.WithRateLimitHeaders(llmrate.HeadersOpenAI), llmrate.WithStoreTimeout(2 * time.Second),
 	}, opts...)...)
 	require.NoError(t, err)
-	return &env{t: t, clock: c, h: l.Middleware(provider)}
+	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
+	return &env{t: t, clock: c, l: l, h: l.Middleware(provider)}
 }
 
 type reply struct {
@@ -108,6 +110,9 @@ func (e *env) sendModel(key, model string, contentLength int64, usage int64) rep
 	}
 	w := httptest.NewRecorder()
 	e.h.ServeHTTP(w, r)
+	// Reconciles to a non-memory store are applied after the response:
+	// wait for them, so that the next request sees this one's charge.
+	require.NoError(e.t, e.l.Flush(context.Background()))
 	rp := reply{code: w.Code, retryAfter: w.Header().Get("Retry-After")}
 	rq, okq := w.Header()[llmrate.HeaderRemainingRequests]
 	rt, okt := w.Header()[llmrate.HeaderRemainingTokens]

@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// guarded hides a store's HonoursContext, so the limiter calls it on a
+// guarded goroutine per call, as it calls any store that does not declare
+// it honours its context.
+type guarded struct{ llmrate.Store }
+
+// BenchmarkMiddlewareRedis: whole requests through lim.Middleware over a
+// no-op handler on Redis, side by side with redis_rate.Allow and a plain
+// INCR on the same go-redis client (pool 128) and redis-server, at 1, 16
+// and 64 goroutines.
+//
+//   - distinct keys: 1,000 keys in rotation, the limiter in its default
+//     configuration (Free figures: each key's first 200 requests are
+//     admitted, later ones refused, as redis_rate's with the same figures);
+//     "direct" is the store called on the request's goroutine (the client
+//     has ContextTimeoutEnabled), "guarded" on a goroutine per call.
+//   - hot key: one key with figures no run exhausts (10^12 a minute),
+//     without leases and with leases of 0.1 and 0.25.
+//
+// Each sub-benchmark run uses fresh key names (its own prefix). The no-op
+// handler writes nothing, so no reconcile is made: this is the admission
+// path. Reports admissions/s.
+func BenchmarkMiddlewareRedis(b *testing.B) {
+	srv := redistest.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "sk-" + strconv.Itoa(i)
+	}
+	var prefix atomic.Int64
+	huge := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+	hugeTiers := llmrate.TierTable{Free: huge, Developer: huge, Team: huge, Growth: huge, Scale: huge, Enterprise: huge}
+	noop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+
+	// middleware returns an op serving one request for a key through a
+	// fresh limiter on a fresh prefix, and a func closing it.
+	middleware := func(b *testing.B, wrap bool, share float64, opts ...llmrate.Option) (func(key string) error, func()) {
+		ropts := []redisstore.Option{redisstore.WithHashKey([]byte("bench-secret-0123456789")), redisstore.WithPrefix("b" + strconv.FormatInt(prefix.Add(1), 10)), redisstore.WithTimeout(time.Second)}
+		if share > 0 {
+			ropts = append(ropts, redisstore.WithLeases(share))
+		}
+		store, err := redisstore.New(c, ropts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var s llmrate.Store = store
+		if wrap {
+			s = guarded{store}
+		}
+		lim, err := llmrate.New(append([]llmrate.Option{llmrate.WithStore(s), llmrate.WithStoreTimeout(time.Second)}, opts...)...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := lim.Middleware(noop)
+		// One request per key, reused: the middleware does not modify it.
+		reqs := map[string]*http.Request{}
+		for _, k := range append(keys, "sk-hot") {
+			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+			r.Header.Set("Authorization", "Bearer "+k)
+			r.ContentLength = 400
+			reqs[k] = r
+		}
+		before := lim.FailOpens()
+		return func(key string) error {
+				h.ServeHTTP(&nopWriter{h: http.Header{}}, reqs[key])
+				return nil
+			}, func() {
+				if n := lim.FailOpens() - before; n > 0 {
+					b.Errorf("%d requests failed open", n)
+				}
+				if err := lim.Close(ctx); err != nil {
+					b.Error(err)
+				}
+				if err := store.Close(ctx); err != nil {
+					b.Error(err)
+				}
+			}
+	}
+	rr := redis_rate.NewLimiter(c)
+	free := llmrate.DefaultTiers().Free
+	rrFree := redis_rate.Limit{Rate: int(free.RequestsPerMinute), Burst: int(2 * free.RequestsPerMinute), Period: time.Minute}
+	rrHuge := redis_rate.Limit{Rate: 1 << 40, Burst: 1 << 40, Period: time.Minute}
+
+	type bench struct {
+		name string
+		hot  bool
+		make func(b *testing.B) (func(key string) error, func())
+	}
+	plain := func(f func(key string) error) func(b *testing.B) (func(key string) error, func()) {
+		return func(*testing.B) (func(key string) error, func()) { return f, func() {} }
+	}
+	benches := []bench{
+		{"distinct/llmrate-middleware-direct", false, func(b *testing.B) (func(string) error, func()) { return middleware(b, false, 0) }},
+		{"distinct/llmrate-middleware-guarded", false, func(b *testing.B) (func(string) error, func()) { return middleware(b, true, 0) }},
+		{"distinct/redis_rate", false, plain(func(key string) error {
+			_, err := rr.Allow(ctx, "rr"+strconv.FormatInt(prefix.Load(), 10)+key, rrFree)
+			return err
+		})},
+		{"distinct/plain-INCR", false, plain(func(key string) error { return c.Incr(ctx, key).Err() })},
+		{"hot/llmrate-middleware", true, func(b *testing.B) (func(string) error, func()) {
+			return middleware(b, false, 0, llmrate.WithTiers(hugeTiers))
+		}},
+		{"hot/llmrate-middleware-leases-0.1", true, func(b *testing.B) (func(string) error, func()) {
+			return middleware(b, false, 0.1, llmrate.WithTiers(hugeTiers))
+		}},
+		{"hot/llmrate-middleware-leases-0.25", true, func(b *testing.B) (func(string) error, func()) {
+			return middleware(b, false, 0.25, llmrate.WithTiers(hugeTiers))
+		}},
+		{"hot/redis_rate", true, plain(func(key string) error {
+			_, err := rr.Allow(ctx, "rr-hot", rrHuge)
+			return err
+		})},
+		{"hot/plain-INCR", true, plain(func(key string) error { return c.Incr(ctx, key).Err() })},
+	}
+	for _, bm := range benches {
+		for _, g := range []int{1, 16, 64} {
+			b.Run(bm.name+"/goroutines="+strconv.Itoa(g), func(b *testing.B) {
+				prefix.Add(1)
+				op, done := bm.make(b)
+				defer done()
+				var n atomic.Int64
+				run := func() {
+					key := "sk-hot"
+					if !bm.hot {
+						key = keys[n.Add(1)%int64(len(keys))]
+					}
+					if err := op(key); err != nil {
+						b.Error(err)
+					}
+				}
+				b.ResetTimer()
+				start := time.Now()
+				if g == 1 {
+					for range b.N {
+						run()
+					}
+				} else {
+					b.SetParallelism((g + 1) / 2) // GOMAXPROCS=2 on the reference machine
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							run()
+						}
+					})
+				}
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "admissions/s")
+			})
+		}
+	}
+}
