@@ -35,6 +35,7 @@ type config struct {
 	observer   Observer
 	headers    HeaderStyle
 	streamUse  bool
+	trailers   bool
 	docsURL    string
 	errs       []error
 	nilOptions int
