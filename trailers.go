@@ -51,7 +51,10 @@ const trailerDeclaration = TrailerRemainingKeyRequests + ", " + TrailerRemaining
 //   - a 429 relayed from the provider, which passes untouched;
 //   - a response the limiter refused itself or did not track (a fail-open).
 //
-// HTTP/2 responses carry them with or without a Content-Length.
+// HTTP/2 responses carry them with or without a Content-Length. An
+// HTTP/1.1 response whose handler set no length is sent chunked even when
+// its body is small enough that net/http would otherwise have computed a
+// Content-Length itself.
 func WithRateLimitTrailers() Option {
 	return optionFunc(func(c *config) { c.trailers = true })
 }

@@ -1,9 +1,11 @@
 package llmrate_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -158,8 +160,7 @@ func TestTrailersHTTP1ContentLength(t *testing.T) {
 	assert.Equal(t, body, got)
 	assert.Equal(t, int64(len(body)), resp.ContentLength)
 	assert.Empty(t, resp.TransferEncoding)
-	assert.Empty(t, resp.Header.Values("Trailer"))
-	assert.Empty(t, resp.Trailer)
+	assert.Empty(t, resp.Trailer, "none declared, none sent")
 }
 
 // Responses without a body, the provider's own 429 and a limiter without
@@ -200,8 +201,7 @@ func TestTrailersNotSent(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, resp.Body.Close())
 			assert.Equal(t, tc.code, resp.StatusCode)
-			assert.Empty(t, resp.Header.Values("Trailer"))
-			assert.Empty(t, resp.Trailer)
+			assert.Empty(t, resp.Trailer, "none declared, none sent")
 			if tc.code == http.StatusTooManyRequests {
 				assert.Equal(t, "7", resp.Header.Get("Retry-After"), "the provider's 429 is relayed untouched")
 			}
@@ -248,4 +248,41 @@ func TestTrailersEstimateStands(t *testing.T) {
 		llmrate.TrailerRemainingKeyRequests: "9", llmrate.TrailerRemainingKeyTokens: "1100",
 		llmrate.TrailerRemainingWorkspaceRequests: "19", llmrate.TrailerRemainingWorkspaceTokens: "1900",
 	}, trailerFigures(resp))
+}
+
+// A stream's trailers show the buckets after its reported usage (20 + 30
+// tokens) replaced the admission's estimate: 400,000 - 50 tokens left of
+// the Free tier's 400,000, and 199 of 200 requests.
+func ExampleWithRateLimitTrailers() {
+	lim, err := llmrate.New(llmrate.WithClock(exampleNow), llmrate.WithRateLimitTrailers())
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(lim.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n")
+		http.NewResponseController(w).Flush()
+		_, _ = io.WriteString(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":30}}\n\ndata: [DONE]\n\n")
+	})))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","stream":true}`))
+	req.Header.Set("Authorization", "Bearer sk-demo")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		panic(err)
+	}
+	var declared []string // announced in the Trailer header; values still empty
+	for k := range resp.Trailer {
+		declared = append(declared, k)
+	}
+	sort.Strings(declared)
+	_, _ = io.Copy(io.Discard, resp.Body) // trailers arrive after the body
+	_ = resp.Body.Close()
+	fmt.Println("declared:", strings.Join(declared, ", "))
+	fmt.Println("key tokens:", resp.Trailer.Get(llmrate.TrailerRemainingKeyTokens))
+	fmt.Println("workspace requests:", resp.Trailer.Get(llmrate.TrailerRemainingWorkspaceRequests))
+	// Output:
+	// declared: X-Ratelimit-Remaining-Requests-Key, X-Ratelimit-Remaining-Requests-Workspace, X-Ratelimit-Remaining-Tokens-Key, X-Ratelimit-Remaining-Tokens-Workspace
+	// key tokens: 399950
+	// workspace requests: 199
 }
