@@ -33,7 +33,9 @@
 // larger than a whole bucket gets Retry-After 60 and a message saying that
 // retrying will not help. The upstream's own responses, its 429s included,
 // are never rewritten (unless WithRateLimitHeaders is on, which replaces the
-// upstream's rate-limit headers).
+// upstream's rate-limit headers). WithRateLimitTrailers adds, after the
+// body, the key's and workspace's remaining figures once the real charge
+// replaced the estimate (not on the upstream's own 429s).
 //
 // # Policies beyond the plan tier
 //

@@ -258,6 +258,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	default:
 		ev.Kind = ReconcileEstimated
 	}
+	t.sendTrailers(ev.Actual)
 	if ev.Actual != a.est {
 		// The clock is read again: the charge lands when the response ended,
 		// as it does on a store with its own clock.

@@ -35,6 +35,7 @@ type config struct {
 	observer  Observer
 	headers   HeaderStyle
 	streamUse bool
+	trailers  bool
 	docsURL   string
 	// Policies beyond the plan tier (model.go, override.go, shadow.go).
 	model       Extractor

@@ -30,6 +30,7 @@ type tracker struct {
 	inject     bool // WithStreamUsage rewrote the request
 	filtering  bool // ...and the response is the SSE stream to filter
 	filter     usage.Filter
+	trailers   trailerPlan // WithRateLimitTrailers: see trailers.go
 
 	nextWriteHeader httpsnoop.WriteHeaderFunc
 	nextWrite       httpsnoop.WriteFunc
@@ -90,6 +91,7 @@ func (t *tracker) start(w http.ResponseWriter, r *http.Request, a *admission) {
 	t.w = w
 	t.head = r.Method == http.MethodHead
 	t.headerDone, t.writeErr, t.hijacked, t.inject, t.filtering = false, false, false, false, false
+	t.trailers = planTrailers(t.l.cfg.trailers, r)
 	t.wrapped = httpsnoop.Wrap(w, t.hooks)
 }
 
@@ -114,6 +116,7 @@ func (t *tracker) beginBody(code int) {
 	if t.l.cfg.headers != HeadersNone {
 		t.l.setRateLimitHeaders(h, &t.a)
 	}
+	t.declareTrailers(code, h)
 	var ct, ce string // no body: nothing to scan
 	if !t.head && code != http.StatusNoContent && code != http.StatusNotModified {
 		ct, ce = headerGet(h, "Content-Type"), headerGet(h, "Content-Encoding")
