@@ -9,9 +9,14 @@
 //
 // Framing is chosen by the Content-Type: application/json (one JSON text, or
 // a top-level array whose elements are each a document), text/event-stream
-// (each event's data is a document) and application/x-ndjson (each line is
-// a document). A gzip Content-Encoding is inflated on the side. Anything
-// else carries no usage.
+// (each event's data is a document), application/x-ndjson (each line is
+// a document) and application/vnd.amazon.eventstream (AWS event streams, as
+// Amazon Bedrock sends them: each event's JSON payload is a document, an
+// InvokeModelWithResponseStream chunk's document its base64 bytes;
+// exception and error messages never are). A Content-Encoding of gzip,
+// deflate (zlib or raw), br or zstd is decoded on the side (decode.go
+// states the memory bounds); a body that cannot be decoded, or not wholly,
+// is reported in Result.DecodeErr. Anything else carries no usage.
 //
 // Where a report may be, how its fields count, and which members hold
 // generated text is one table (providers.go); the counting rules it follows

@@ -17,6 +17,11 @@ const (
 	FramingSSE
 	// FramingNDJSON: application/x-ndjson, each line is a document.
 	FramingNDJSON
+	// FramingEventStream: application/vnd.amazon.eventstream (Amazon
+	// Bedrock), each event message's JSON payload is a document, read as
+	// one complete NDJSON line is; exception and error messages are never
+	// documents.
+	FramingEventStream
 )
 
 // framingFor chooses the framing from a Content-Type (case-insensitive,
@@ -40,31 +45,10 @@ func framingFor(contentType string) Framing {
 		return FramingSSE
 	case strings.EqualFold(mt, "application/x-ndjson"):
 		return FramingNDJSON
+	case strings.EqualFold(mt, esCoding):
+		return FramingEventStream
 	}
 	return FramingNone
-}
-
-// decoder undoes a Content-Encoding on the side: write takes encoded body
-// bytes and the decoded bytes reach the scanner's feed, in order; close
-// ends the input and returns once every decoded byte has been fed (it joins
-// any goroutine the decoder started), with an error if the body was not
-// wholly decoded. A decoder that meets bytes it cannot decode stops feeding
-// and swallows the rest. (decode.go's *decodeFeed has this shape.)
-type decoder interface {
-	write(p []byte)
-	close() error
-}
-
-// newDecoder returns the decoder for a Content-Encoding that feeds s: nil
-// for identity, ok false for an encoding the scanner cannot decode.
-func newDecoder(contentEncoding string, s *Scanner) (d decoder, ok bool) {
-	switch enc := strings.TrimSpace(contentEncoding); {
-	case enc == "" || strings.EqualFold(enc, "identity"):
-		return nil, true
-	case strings.EqualFold(enc, "gzip") || strings.EqualFold(enc, "x-gzip"):
-		return &gzipDecoder{to: s}, true
-	}
-	return nil, false
 }
 
 // Scanner finds the usage a provider reported, and the generated text it
@@ -73,26 +57,32 @@ func newDecoder(contentEncoding string, s *Scanner) (d decoder, ok bool) {
 // once at the end of the body; only the usage object at a provider's
 // documented place counts, never look-alike text.
 //
-// A Scanner for a gzip body inflates it on a goroutine of its own, started
-// by the first Write: Finish, Close or Reset joins it, so a scanner that is
-// written to must be finished or closed. A Scanner is not safe for
+// A Scanner for an encoded body (gzip, deflate, br, zstd) decodes it on a
+// goroutine of its own, started by the first Write: Finish, Close or Reset
+// joins it, so a scanner that is written to must be finished or closed. A Scanner is not safe for
 // concurrent use. The zero value is not usable; use NewScanner.
 type Scanner struct {
-	frame     Framing
-	js        jsonScan
-	acc       accumulator
-	n         int64 // body bytes seen (decoded)
-	sse       sseState
-	lineLen   int64 // NDJSON: bytes of the current line
-	dec       decoder
-	pending   bool
-	usageOnly bool // the event just dispatched was OpenAI's usage-only chunk
+	frame       Framing
+	js          jsonScan
+	acc         accumulator
+	n           int64 // body bytes seen (decoded)
+	sse         sseState
+	lineLen     int64           // NDJSON: bytes of the current line
+	dec         *decodeFeed     // nil for identity
+	es          eventStreamFeed // FramingEventStream
+	docFn       func([]byte)    // s.esDoc, bound once
+	decErr      error           // why the body was not (wholly) decoded
+	esException string          // the event stream's first exception, once finished
+	feedFn      func([]byte)    // s.feed, bound once
+	pending     bool
+	usageOnly   bool // the event just dispatched was OpenAI's usage-only chunk
 }
 
 // NewScanner returns a scanner for a body with the given Content-Type and
 // Content-Encoding. A body whose type carries no usage (HTML, plain text,
-// none) or whose encoding is not gzip or identity is accepted and reports
-// nothing.
+// none) is accepted and reports nothing. A Content-Encoding other than
+// identity, gzip, deflate, br and zstd, or a chain of them ("gzip, br"), is
+// not scanned: Finish reports it in Result.DecodeErr.
 func NewScanner(contentType, contentEncoding string) *Scanner {
 	s := new(Scanner)
 	s.Reset(contentType, contentEncoding)
@@ -106,16 +96,33 @@ func (s *Scanner) Reset(contentType, contentEncoding string) {
 	s.frame = framingFor(contentType)
 	s.acc = accumulator{}
 	s.js.init(&s.acc, s.frame == FramingJSON)
-	s.n, s.lineLen, s.pending, s.usageOnly = 0, 0, false, false
+	s.n, s.lineLen, s.pending, s.usageOnly, s.decErr, s.esException = 0, 0, false, false, nil, ""
 	s.sse.reset()
 	if s.frame == FramingNone {
 		return
 	}
-	dec, ok := newDecoder(contentEncoding, s)
-	if !ok {
-		s.frame = FramingNone // br, zstd, deflate…: not scanned; the estimate stands
+	if s.frame == FramingEventStream {
+		if s.docFn == nil {
+			s.docFn = s.esDoc
+		}
+		s.es.reset(s.docFn)
+		if s.es.dec == nil {
+			s.es = *newEventStreamFeed(s.docFn)
+		}
 	}
-	s.dec = dec
+	if contentEncoding == "" {
+		return // identity, the common case: fed directly
+	}
+	if s.feedFn == nil {
+		s.feedFn = s.feed
+	}
+	dec, err := newDecodeFeed(contentEncoding, s.feedFn)
+	switch {
+	case err != nil:
+		s.frame, s.decErr = FramingNone, err // not scanned; the estimate stands
+	case dec.coding != codingIdentity:
+		s.dec = dec
+	}
 }
 
 // Framing returns how the body is framed (FramingNone once finished).
@@ -133,8 +140,11 @@ func (s *Scanner) Write(p []byte) (int, error) {
 
 // Finish ends the body and returns what it held. An SSE event not
 // terminated by an empty line is discarded (and sets PendingEvent); a final
-// NDJSON line without a newline is used. Calling Finish again returns the
-// same Result.
+// NDJSON line without a newline is used; an event-stream message not
+// complete is discarded (and sets PendingEvent). A body that could not be
+// wholly decoded, or an event stream with an exception message, did not
+// complete: see Result.DecodeErr and Result.Exception. Calling Finish again
+// returns the same Result.
 func (s *Scanner) Finish() Result {
 	s.closeDecoder()
 	switch s.frame {
@@ -146,10 +156,19 @@ func (s *Scanner) Finish() Result {
 		}
 	case FramingSSE:
 		s.pending = s.sse.midEvent()
+	case FramingEventStream:
+		if err := s.es.close(); err != nil && s.decErr == nil {
+			s.decErr = err
+		}
+		// A body that failed to decode ends mid-message too; only a clean
+		// end inside a message is "pending".
+		s.pending = s.es.pending() && s.decErr == nil
+		s.esException = s.es.exceptionType()
+		s.es.reset(s.docFn) // drop the held partial message
 	}
 	s.frame = FramingNone
 	r := s.acc.result()
-	r.PendingEvent, r.Bytes = s.pending, s.n
+	r.PendingEvent, r.Bytes, r.DecodeErr, r.Exception = s.pending, s.n, s.decErr, s.esException
 	return r
 }
 
@@ -163,10 +182,13 @@ func (s *Scanner) Close() {
 }
 
 // closeDecoder ends the decoder's input and waits until it fed the scanner
-// everything it decoded.
+// everything it decoded. A body not wholly decoded is kept as decErr: what
+// was decoded before the failure stands, and the body counts as cut there.
 func (s *Scanner) closeDecoder() {
 	if s.dec != nil {
-		_ = s.dec.close() // not reported yet: the body is simply scanned as far as it decoded
+		if err := s.dec.close(); err != nil && s.decErr == nil {
+			s.decErr = err
+		}
 		s.dec = nil
 	}
 }
@@ -181,7 +203,15 @@ func (s *Scanner) feed(p []byte) {
 		s.feedSSE(p)
 	case FramingNDJSON:
 		s.feedNDJSON(p)
+	case FramingEventStream:
+		s.es.write(p)
 	}
+}
+
+// esDoc scans one event-stream document as one complete NDJSON line.
+func (s *Scanner) esDoc(doc []byte) {
+	s.js.write(doc)
+	s.js.end()
 }
 
 // writeEvent feeds one complete SSE event (through its empty line) and

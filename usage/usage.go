@@ -40,12 +40,23 @@ type Result struct {
 	PendingEvent bool
 	// Bytes is how many (decoded) body bytes the scanner saw.
 	Bytes int64
+	// DecodeErr is nil, or a *DecodeError: the body's Content-Encoding is
+	// not one the scanner decodes (unknown, or a chain such as "gzip, br"),
+	// or decoding stopped part-way (corrupt or truncated encoded bytes, a
+	// zstd window above 8 MiB, more than 64 MiB decoded, a corrupt or
+	// oversized event-stream message). What was decoded before the failure
+	// counts, and the body counts as cut there: its reports are partial.
+	DecodeErr error
+	// Exception is the :exception-type (or :error-code) of the first
+	// exception or error message of an AWS event stream, "" if none: such a
+	// stream did not complete, so its reports are partial.
+	Exception string
 }
 
 // Charge returns the tokens the response consumed, given the estimate
 // debited for it at admission and whether it was cut off (by the client,
-// the upstream, a write error or a handler panic; PendingEvent counts as
-// cut too):
+// the upstream, a write error or a handler panic; PendingEvent, DecodeErr
+// and Exception count as cut too, see Cut):
 //
 //   - final usage reported on a completed response: exactly that usage;
 //   - otherwise: input + output, where input is the reported input if any
@@ -69,5 +80,12 @@ func (r Result) Charge(estimate int64, cut bool) int64 {
 // Complete reports whether Charge(…, cut) is the provider's final usage
 // exactly: a final report was seen and the response was not cut off.
 func (r Result) Complete(cut bool) bool {
-	return r.Reported && r.Final && !cut && !r.PendingEvent
+	return r.Reported && r.Final && !cut && !r.Cut()
+}
+
+// Cut reports whether the body itself shows the response did not complete:
+// it ended mid-event (PendingEvent), it could not be wholly decoded
+// (DecodeErr), or an event stream carried an exception (Exception).
+func (r Result) Cut() bool {
+	return r.PendingEvent || r.DecodeErr != nil || r.Exception != ""
 }

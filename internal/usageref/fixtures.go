@@ -10,7 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Fixture is one entry of testdata/usage/manifest.json.
+// Fixture is one entry of testdata/usage/manifest.json or
+// manifest-eventstream.json.
 type Fixture struct {
 	File            string `json:"file"`
 	ContentType     string `json:"content_type"`
@@ -21,17 +22,25 @@ type Fixture struct {
 	Note            string `json:"note"`
 }
 
-// LoadFixtures reads the manifest in dir.
+// Manifests are the manifests in testdata/usage: the text bodies, and the
+// AWS event streams written by eventstream_gen.go.
+var Manifests = []string{"manifest.json", "manifest-eventstream.json"}
+
+// LoadFixtures reads every manifest in dir, in order.
 func LoadFixtures(t testing.TB, dir string) []Fixture {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	require.NoError(t, err)
-	var m struct {
-		Fixtures []Fixture `json:"fixtures"`
+	var all []Fixture
+	for _, name := range Manifests {
+		raw, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		var m struct {
+			Fixtures []Fixture `json:"fixtures"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &m)) // counts decode into int64, never float64
+		require.NotEmpty(t, m.Fixtures, name)
+		all = append(all, m.Fixtures...)
 	}
-	require.NoError(t, json.Unmarshal(raw, &m)) // counts decode into int64, never float64
-	require.NotEmpty(t, m.Fixtures)
-	return m.Fixtures
+	return all
 }
 
 // Splits returns the ways a body is cut into writes: whole, one byte at a
@@ -60,7 +69,7 @@ func Splits(body []byte, seed uint64) map[string][][]byte {
 // response exactly; otherwise input (reported, else est) + max(reported
 // output, ⌊Gen/4⌋).
 func (r Result) Charge(est int64, cut bool) int64 {
-	if r.Final && !cut && !r.Pending {
+	if r.Final && !cut && !r.Pending && r.Exception == "" {
 		return r.Input + r.Output
 	}
 	in := est

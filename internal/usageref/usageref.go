@@ -8,10 +8,13 @@ package usageref
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 )
 
 var plainInt = regexp.MustCompile(`^[0-9]+$`)
@@ -48,12 +51,13 @@ type refAcc struct {
 
 // Result is what the reference finds in a body.
 type Result struct {
-	Input, Output int64 // the reported usage (0 when not reported)
-	Reported      bool  // a report was accepted
-	InputReported bool  // an accepted report carried an input field
-	Final         bool  // a report other than Anthropic's message_start was accepted
-	Gen           int64 // decoded bytes of generated text in complete documents
-	Pending       bool  // an SSE body that ends inside an event
+	Input, Output int64  // the reported usage (0 when not reported)
+	Reported      bool   // a report was accepted
+	InputReported bool   // an accepted report carried an input field
+	Final         bool   // a report other than Anthropic's message_start was accepted
+	Gen           int64  // decoded bytes of generated text in complete documents
+	Pending       bool   // an SSE body that ends inside an event, an event stream inside a message
+	Exception     string // an event stream's first exception or error message type
 }
 
 // commit applies one report: names are "kept-name=field" pairs read from m
@@ -345,6 +349,54 @@ func NDJSON(body []byte) Result {
 	return a.result()
 }
 
+// EventStream extracts usage from an application/vnd.amazon.eventstream
+// body: every whole message is decoded (CRCs checked) by the AWS SDK's
+// decoder; an "event" message's payload is a document, a "chunk" event's
+// document its base64 "bytes"; exception and error messages are never
+// documents. A body ending inside a message, or at a message the SDK
+// rejects, is Pending.
+func EventStream(body []byte) Result {
+	a := newRef()
+	dec := eventstream.NewDecoder()
+	exception := ""
+	for len(body) > 0 {
+		if len(body) < 12 || int(binary.BigEndian.Uint32(body)) > len(body) {
+			break
+		}
+		n := int(binary.BigEndian.Uint32(body))
+		m, err := dec.Decode(bytes.NewReader(body[:n]), nil)
+		if err != nil {
+			break
+		}
+		body = body[n:]
+		str := func(name string) string {
+			v, _ := m.Headers.Get(name).(eventstream.StringValue)
+			return string(v)
+		}
+		switch str(":message-type") {
+		case "event":
+			if str(":event-type") != "chunk" {
+				a.doc(m.Payload)
+				continue
+			}
+			var c struct{ Bytes []byte }
+			if json.Unmarshal(m.Payload, &c) == nil && len(c.Bytes) > 0 {
+				a.doc(c.Bytes)
+			}
+		case "exception", "error":
+			if exception == "" {
+				exception = str(":exception-type") + str(":error-code")
+				if exception == "" {
+					exception = str(":message-type")
+				}
+			}
+		}
+	}
+	r := a.result()
+	r.Pending, r.Exception = len(body) > 0, exception
+	return r
+}
+
 // Body reads body as its Content-Type says (an already decoded body).
 func Body(ct string, body []byte) Result {
 	switch strings.ToLower(strings.TrimSpace(strings.SplitN(ct, ";", 2)[0])) {
@@ -354,6 +406,8 @@ func Body(ct string, body []byte) Result {
 		return SSE(body)
 	case "application/x-ndjson":
 		return NDJSON(body)
+	case "application/vnd.amazon.eventstream":
+		return EventStream(body)
 	}
 	return Result{}
 }
