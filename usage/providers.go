@@ -10,15 +10,16 @@ package usage
 type slot uint8
 
 const (
-	slotNone     slot = iota
-	slotXGroq         // D.x_groq.usage
-	slotUsage         // D.usage
-	slotMessage       // D.message.usage  if D.type == "message_start"
-	slotResponse      // D.response.usage if D.type starts with "response."
-	slotDelta         // D.delta.usage    if D.type == "message-end"
-	slotMeta          // D.meta           if it has tokens or billed_units
-	slotGemini        // D.usageMetadata
-	slotRoot          // D itself         if D.done == true
+	slotNone          slot = iota
+	slotXGroq              // D.x_groq.usage
+	slotUsage              // D.usage
+	slotMessage            // D.message.usage  if D.type == "message_start"
+	slotResponse           // D.response.usage if D.type starts with "response."
+	slotDelta              // D.delta.usage    if D.type == "message-end"
+	slotMeta               // D.meta           if it has tokens or billed_units
+	slotGemini             // D.usageMetadata
+	slotRoot               // D itself         if D.done == true
+	slotBedrockInvoke      // D["amazon-bedrock-invocationMetrics"]
 	numSlots
 )
 
@@ -40,6 +41,14 @@ const (
 	styleCohere              // only the Cohere style (tokens / billed_units)
 	styleGemini              // usageMetadata
 	styleOllama              // prompt_eval_count / eval_count on the document itself
+	// styleInvocationMetrics: Bedrock InvokeModel's inputTokenCount /
+	// outputTokenCount (and cache…InputTokenCount). They restate the
+	// model's own input, cache and output counts, so they overwrite the
+	// same kept values as the Anthropic-style fields (input_tokens,
+	// cache_*_input_tokens, output_tokens): last value wins, per field, and
+	// a Claude stream's message_delta and its invocationMetrics are never
+	// added together.
+	styleInvocationMetrics
 )
 
 // path is one place a usage report may be, in document D.
@@ -57,14 +66,15 @@ type path struct {
 
 // paths is the table, in the order reports of one document are applied.
 var paths = [numSlots]path{
-	slotXGroq:    {member: "x_groq", sub: "usage", markers: []string{"usage"}},                                                     // Groq streaming
-	slotUsage:    {member: "usage", markers: []string{"usage"}},                                                                    // OpenAI-style, Anthropic, Cohere v2, Bedrock, …
-	slotMessage:  {member: "message", sub: "usage", when: typeIs, arg: "message_start", partial: true, markers: []string{"usage"}}, // Anthropic stream start
-	slotResponse: {member: "response", sub: "usage", when: typePrefix, arg: "response.", markers: []string{"usage"}},               // OpenAI Responses stream
-	slotDelta:    {member: "delta", sub: "usage", when: typeIs, arg: "message-end", markers: []string{"usage"}},                    // Cohere v2 stream
-	slotMeta:     {member: "meta", style: styleCohere, markers: []string{"meta"}},                                                  // Cohere embed, v1
-	slotGemini:   {member: "usageMetadata", style: styleGemini, markers: []string{"usageMetadata"}},                                // Gemini, Vertex AI
-	slotRoot:     {when: doneTrue, style: styleOllama, markers: []string{"prompt_eval_count", "eval_count"}},                       // Ollama native
+	slotXGroq:         {member: "x_groq", sub: "usage", markers: []string{"usage"}},                                                                       // Groq streaming
+	slotUsage:         {member: "usage", markers: []string{"usage"}},                                                                                      // OpenAI-style, Anthropic, Cohere v2, Bedrock, …
+	slotMessage:       {member: "message", sub: "usage", when: typeIs, arg: "message_start", partial: true, markers: []string{"usage"}},                   // Anthropic stream start
+	slotResponse:      {member: "response", sub: "usage", when: typePrefix, arg: "response.", markers: []string{"usage"}},                                 // OpenAI Responses stream
+	slotDelta:         {member: "delta", sub: "usage", when: typeIs, arg: "message-end", markers: []string{"usage"}},                                      // Cohere v2 stream
+	slotMeta:          {member: "meta", style: styleCohere, markers: []string{"meta"}},                                                                    // Cohere embed, v1
+	slotGemini:        {member: "usageMetadata", style: styleGemini, markers: []string{"usageMetadata"}},                                                  // Gemini, Vertex AI
+	slotRoot:          {when: doneTrue, style: styleOllama, markers: []string{"prompt_eval_count", "eval_count"}},                                         // Ollama native
+	slotBedrockInvoke: {member: "amazon-bedrock-invocationMetrics", style: styleInvocationMetrics, markers: []string{"amazon-bedrock-invocationMetrics"}}, // Bedrock InvokeModel(WithResponseStream)
 }
 
 // textMembers are the members whose string values are generated text, at
@@ -78,7 +88,7 @@ var textMembers = [...]string{
 // length, so a member name is compared with at most a few candidates.
 var (
 	textByLen [32][]string
-	rootByLen [32][]slot
+	rootByLen [len(jsonScan{}.key) + 1][]slot
 )
 
 func init() {
@@ -144,6 +154,8 @@ const (
 	fTokOut                        // tokens.output_tokens
 	fBillIn                        // billed_units.input_tokens
 	fBillOut                       // billed_units.output_tokens
+	fIMInput                       // inputTokenCount (invocationMetrics)
+	fIMOutput                      // outputTokenCount (invocationMetrics)
 	numFields
 	noField field = 255
 )
@@ -173,6 +185,8 @@ var fieldNames = [...]struct {
 	{"thoughtsTokenCount", fGThoughts, styleGemini},
 	{"prompt_eval_count", fOPromptEval, styleOllama},
 	{"eval_count", fOEval, styleOllama},
+	{"inputTokenCount", fIMInput, styleInvocationMetrics},
+	{"outputTokenCount", fIMOutput, styleInvocationMetrics},
 }
 
 // reportField maps a member name inside a report of style st to its field.
@@ -307,6 +321,8 @@ func (a *accumulator) applyReport(r *report, st style) bool {
 		return r.obj && a.commit(r, pair{fGPrompt, kGEPrompt}, pair{fGTool, kGETool}, pair{fGCand, kGECand}, pair{fGThoughts, kGEThoughts})
 	case styleOllama:
 		return a.commit(r, pair{fOPromptEval, kOLIn}, pair{fOEval, kOLOut})
+	case styleInvocationMetrics:
+		return r.obj && a.commit(r, pair{fIMInput, kANIn}, pair{fBCacheWriteAlias, kANCacheC}, pair{fBCacheReadAlias, kANCacheR}, pair{fIMOutput, kANOut})
 	}
 	if !r.obj {
 		return false

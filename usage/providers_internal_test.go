@@ -18,6 +18,8 @@ func rowEvent(s slot) string {
 		report = `{"promptTokenCount":3,"candidatesTokenCount":4}`
 	case styleOllama:
 		report = `"prompt_eval_count":3,"eval_count":4`
+	case styleInvocationMetrics:
+		report = `{"inputTokenCount":3,"outputTokenCount":4}`
 	default:
 		report = `{"prompt_tokens":3,"completion_tokens":4}`
 	}

@@ -178,6 +178,11 @@ func (a *refAcc) doc(data []byte) {
 	if done, _ := d["done"].(bool); done {
 		final(a.commit(map[string]refField{"ol.in": refRead(d, "prompt_eval_count"), "ol.out": refRead(d, "eval_count")}, map[string]bool{"ol.out": true}))
 	}
+	// Bedrock InvokeModel: the same tokens as the model's own
+	// Anthropic-style report, restated; they replace it, never add to it.
+	if m, ok := asObj(d["amazon-bedrock-invocationMetrics"]); ok {
+		final(a.commit(map[string]refField{"an.in": refRead(m, "inputTokenCount"), "an.cc": refRead(m, "cacheWriteInputTokenCount"), "an.cr": refRead(m, "cacheReadInputTokenCount"), "an.out": refRead(m, "outputTokenCount")}, map[string]bool{"an.out": true}))
+	}
 }
 
 // refTextNames are the members whose string values are generated text.

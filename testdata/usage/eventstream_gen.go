@@ -63,6 +63,15 @@ var invokeAnthropic = []event{
 	chunk(`{"type":"message_stop","amazon-bedrock-invocationMetrics":{"inputTokenCount":25,"outputTokenCount":42,"invocationLatency":1210,"firstByteLatency":402}}`, "abcdefghijklmnopqrstuvwxyzA"),
 }
 
+// invokeLlama is a model whose own events carry no usage the limiter
+// reads (Meta Llama's prompt_token_count / generation_token_count): only the
+// last chunk's amazon-bedrock-invocationMetrics reports it.
+var invokeLlama = []event{
+	chunk(`{"generation":"Rate limits","prompt_token_count":18,"generation_token_count":2,"stop_reason":null}`, "abcdefghijklmnop"),
+	chunk(`{"generation":" are counted per minute.","prompt_token_count":null,"generation_token_count":7,"stop_reason":null}`, "abcdefghijklmnopqrstuvwxyz"),
+	chunk(`{"generation":"","prompt_token_count":null,"generation_token_count":8,"stop_reason":"stop","amazon-bedrock-invocationMetrics":{"inputTokenCount":18,"outputTokenCount":8,"invocationLatency":512,"firstByteLatency":190}}`, "abcdefgh"),
+}
+
 var converseException = []event{
 	ev("messageStart", `{"p":"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVW","role":"assistant"}`),
 	ev("contentBlockDelta", `{"contentBlockIndex":0,"delta":{"text":"The first half of an answer"},"p":"abcdefghijklmnopqrstu"}`),
@@ -73,6 +82,7 @@ var converseException = []event{
 func main() {
 	write("bedrock-converse-stream.eventstream", encode(converse), 0)
 	write("bedrock-invoke-anthropic-stream.eventstream", encode(invokeAnthropic), 0)
+	write("bedrock-invoke-llama-stream.eventstream", encode(invokeLlama), 0)
 	write("bedrock-converse-stream-exception.eventstream", encode(converseException), 0)
 	// The same stream as bedrock-converse-stream, cut 40 bytes into its
 	// metadata message (inside the headers).
