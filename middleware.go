@@ -25,6 +25,7 @@ type Limiter struct {
 	solo      bool // each key is its own workspace, with equal figures
 
 	shadowRefusals atomic.Int64
+	undecoded      atomic.Int64
 
 	calls     *storeCaller    // the store, when it is not the memory store
 	rq        *reconcileQueue // nil: reconciles run on the request's goroutine
@@ -72,6 +73,13 @@ func Middleware(opts ...Option) func(http.Handler) http.Handler {
 // FailOpens returns how many requests passed unchecked, or were not
 // reconciled, because the limiter's own state faulted.
 func (l *Limiter) FailOpens() int64 { return l.failOpens.Load() }
+
+// Undecoded returns how many admitted responses had a body that could not
+// be decoded, or not wholly (ReconcileEvent.Undecoded): an unknown or
+// chained Content-Encoding, a corrupt, truncated or oversized encoded body,
+// or a corrupt event stream. Their charge is the estimate, plus what was
+// read before the failure.
+func (l *Limiter) Undecoded() int64 { return l.undecoded.Load() }
 
 // Middleware returns next wrapped by the limiter: each request is admitted
 // against its four buckets before next sees it, refused with a 429 when a
@@ -248,8 +256,15 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	}()
 	t.endBody()
 	res := t.scanned()
-	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || res.PendingEvent
-	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: res.Charge(a.est, cut), Cut: cut, GeneratedBytes: res.GeneratedBytes}
+	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || res.Cut()
+	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: res.Charge(a.est, cut), Cut: cut, GeneratedBytes: res.GeneratedBytes,
+		Undecoded: res.DecodeErr, Exception: res.Exception}
+	if ev.Undecoded != nil {
+		l.undecoded.Add(1)
+		if ce := l.debug.Check(zap.DebugLevel, "llmrate: response body not decoded"); ce != nil {
+			ce.Write(zap.String("key_fp", Fingerprint(a.key)), zap.Error(ev.Undecoded))
+		}
+	}
 	switch {
 	case res.Complete(cut):
 		ev.Kind, ev.Reported = ReconcileUsage, res.Usage

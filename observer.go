@@ -1,6 +1,10 @@
 package llmrate
 
-import "time"
+import (
+	"time"
+
+	"github.com/llmrate/llmrate/usage"
+)
 
 // Observer receives the limiter's events, synchronously on the request's
 // goroutine (FailedOpen for a queued reconcile: on the worker that applied
@@ -72,12 +76,35 @@ type ReconcileEvent struct {
 	Estimate int64 // debited at admission
 	Actual   int64 // the charge that replaced it (before bucket bounds)
 	Reported Usage // zero unless Kind is ReconcileUsage or ReconcilePartial
-	Cut      bool  // the response was cut off (client gone, write error, handler panic, stream stopped mid-event)
+	// Cut: the response was cut off (client gone, write error, handler
+	// panic, stream stopped mid-event or mid-message), its body could not
+	// be wholly decoded (Undecoded), or an event stream carried an
+	// exception (Exception).
+	Cut bool
 	// GeneratedBytes is the bytes of generated text in the body's complete
 	// documents (the string values of members such as content, text,
 	// delta; the full list is in usage/providers.go).
 	GeneratedBytes int64
+	// Undecoded is nil, or a *DecodeError: the body's Content-Encoding is
+	// one llmrate does not decode (unknown, or a chain such as "gzip, br"),
+	// or decoding stopped part-way (corrupt or truncated bytes, a zstd
+	// window above 8 MiB, more than 64 MiB decoded, a corrupt event-stream
+	// message). What was decoded before counts; the rest of the body is
+	// not read, so the response counts as cut and, when nothing was read,
+	// the estimate stands (Kind ReconcileEstimated). Counted by
+	// Limiter.Undecoded and logged at debug.
+	Undecoded error
+	// Exception is the :exception-type (or :error-code) of the first
+	// exception or error message of an AWS event stream, "" if none; its
+	// payload is never read as usage.
+	Exception string
 }
+
+// DecodeError reports a response body whose encoding was not, or not
+// wholly, decoded (ReconcileEvent.Undecoded): Coding is the
+// Content-Encoding as declared, or "application/vnd.amazon.eventstream"
+// for an event stream whose framing failed; Reason says why.
+type DecodeError = usage.DecodeError
 
 // FailOpenEvent describes a fault that let a request through unchecked.
 type FailOpenEvent struct {

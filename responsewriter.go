@@ -96,7 +96,7 @@ func (t *tracker) start(w http.ResponseWriter, r *http.Request, a *admission) {
 }
 
 // release drops references so a pooled tracker holds no request state, and
-// closes the scanner (joining a gzip decoder's goroutine, should the
+// closes the scanner (joining a decoder's goroutine (gzip, deflate, br, zstd), should the
 // response have ended without finish reaching the scanner).
 func (t *tracker) release() {
 	t.scan.Close()
