@@ -96,8 +96,9 @@ func (t *tracker) start(w http.ResponseWriter, r *http.Request, a *admission) {
 }
 
 // release drops references so a pooled tracker holds no request state, and
-// closes the scanner (joining a decoder's goroutine (gzip, deflate, br, zstd), should the
-// response have ended without finish reaching the scanner).
+// closes the scanner (joining the goroutine decoding a gzip, deflate, br or
+// zstd body, should the response have ended without finish reaching the
+// scanner).
 func (t *tracker) release() {
 	t.scan.Close()
 	t.filter.Reset(nil, nil)

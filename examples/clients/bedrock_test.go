@@ -182,6 +182,7 @@ func TestBedrockConverseStream(t *testing.T) {
 	assert.Equal(t, llmrate.ReconcileUsage, ev.Kind, "reconcile kind")
 	assert.Equal(t, int64(brInput+brOutput), ev.Actual, "charge")
 	assert.Equal(t, llmrate.Usage{InputTokens: brInput, OutputTokens: brOutput}, ev.Reported)
+	assert.NoError(t, ev.Undecoded, "the event stream was read whole")
 }
 
 func TestBedrockInvokeModelWithResponseStream(t *testing.T) {
@@ -224,4 +225,5 @@ func TestBedrockInvokeModelWithResponseStream(t *testing.T) {
 	assert.Equal(t, llmrate.ReconcileUsage, ev.Kind, "reconcile kind")
 	assert.Equal(t, int64(brInput+brOutput), ev.Actual, "charge")
 	assert.Equal(t, llmrate.Usage{InputTokens: brInput, OutputTokens: brOutput}, ev.Reported)
+	assert.NoError(t, ev.Undecoded, "the event stream was read whole")
 }

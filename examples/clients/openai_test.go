@@ -282,6 +282,7 @@ func TestOpenAIClientCompletion(t *testing.T) {
 			assert.Equal(t, llmrate.ReconcileUsage, ev.Kind, "reconcile kind (%s)", e.name)
 			assert.Equal(t, int64(oaPrompt+oaCompletion), ev.Actual, "charge (%s)", e.name)
 			assert.Equal(t, llmrate.Usage{InputTokens: oaPrompt, OutputTokens: oaCompletion}, ev.Reported)
+			assert.NoError(t, ev.Undecoded, "the %s body was decoded whole", e.name)
 		})
 	}
 }
@@ -317,6 +318,7 @@ func TestOpenAIClientStream(t *testing.T) {
 			assert.Equal(t, llmrate.ReconcileUsage, ev.Kind, "reconcile kind (%s)", e.name)
 			assert.Equal(t, int64(oaPrompt+oaCompletion), ev.Actual, "charge (%s)", e.name)
 			assert.Equal(t, llmrate.Usage{InputTokens: oaPrompt, OutputTokens: oaCompletion}, ev.Reported)
+			assert.NoError(t, ev.Undecoded, "the %s body was decoded whole", e.name)
 		})
 	}
 }
