@@ -1,8 +1,12 @@
 package usage_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 
 	"github.com/llmrate/llmrate/internal/usageref"
 	"github.com/llmrate/llmrate/usage"
@@ -104,5 +108,70 @@ func FuzzUsageNDJSON(f *testing.F) {
 	f.Add([]byte("{\"done\":false}\n{\"done\":true,\"eval_count\":3}\n"), uint8(4))
 	f.Fuzz(func(t *testing.T, body []byte, split uint8) {
 		checkAgainstRef(t, "application/x-ndjson", body, split)
+	})
+}
+
+// FuzzUsageEventStream: an AWS event stream built from fuzzed payloads
+// (as plain events, InvokeModel chunks or exceptions), then possibly cut
+// or corrupted, is read as the encoding/json reference (which frames it
+// with the AWS SDK's decoder) reads it: the same usage, flags and text,
+// and the scanner says it was cut exactly when the reference does; the
+// scanner never panics and never changes the bytes written to it.
+func FuzzUsageEventStream(f *testing.F) {
+	f.Add([]byte(`{"usage":{"inputTokens":3,"outputTokens":4}}`), []byte(`{"delta":{"text":"hi"}}`), uint8(0), uint16(0), uint8(5))
+	f.Add([]byte(`{"type":"message_start","message":{"usage":{"input_tokens":5,"output_tokens":1}}}`), []byte(`{"type":"message_stop","amazon-bedrock-invocationMetrics":{"inputTokenCount":5,"outputTokenCount":9}}`), uint8(0b0101), uint16(0), uint8(3))
+	f.Add([]byte(`{"usage":{"inputTokens":3}}`), []byte(`{"usage":{"inputTokens":999}}`), uint8(0b1000), uint16(7), uint8(1))
+	f.Add([]byte(`{"text":"x"}`), []byte(`{"usage":{"outputTokens":2}}`), uint8(0b110000), uint16(40), uint8(9))
+	f.Fuzz(func(t *testing.T, p1, p2 []byte, kinds uint8, at uint16, split uint8) {
+		if len(p1)+len(p2) > 8<<10 {
+			return
+		}
+		var buf bytes.Buffer
+		enc := eventstream.NewEncoder()
+		for i, p := range [][]byte{p1, p2} {
+			var hs eventstream.Headers
+			switch (kinds >> (2 * i)) & 3 {
+			case 0:
+				hs.Set(":message-type", eventstream.StringValue("event"))
+				hs.Set(":event-type", eventstream.StringValue("contentBlockDelta"))
+			case 1:
+				hs.Set(":message-type", eventstream.StringValue("event"))
+				hs.Set(":event-type", eventstream.StringValue("chunk"))
+				p, _ = json.Marshal(struct {
+					Bytes []byte `json:"bytes"`
+				}{p})
+			case 2:
+				hs.Set(":message-type", eventstream.StringValue("exception"))
+				hs.Set(":exception-type", eventstream.StringValue("throttlingException"))
+			case 3:
+				hs.Set(":message-type", eventstream.StringValue("error"))
+			}
+			if err := enc.Encode(&buf, eventstream.Message{Headers: hs, Payload: p}); err != nil {
+				t.Skip()
+			}
+		}
+		body := buf.Bytes()
+		switch kinds >> 4 & 3 {
+		case 1: // cut
+			body = body[:int(at)%(len(body)+1)]
+		case 2: // one byte corrupted
+			body[int(at)%len(body)] ^= 0x5a
+		}
+		const ct = "application/vnd.amazon.eventstream"
+		want := usageref.Body(ct, body)
+		orig := bytes.Clone(body)
+		for _, n := range []int{len(body), int(split), 1} {
+			got := scan(ct, "", body, n)
+			textOK := utf8.Valid(p1) && utf8.Valid(p2)
+			if what := agrees(got, want, nil); what != "" && (what != "generated text" || textOK) {
+				t.Fatalf("split %d: %s: scanner %+v != reference %+v", n, what, got, want)
+			}
+			if got.Cut() != (want.Pending || want.Exception != "") {
+				t.Fatalf("split %d: cut %v (%+v), reference pending %v exception %q", n, got.Cut(), got, want.Pending, want.Exception)
+			}
+			if !bytes.Equal(orig, body) {
+				t.Fatal("the scanner changed the bytes written to it")
+			}
+		}
 	})
 }
