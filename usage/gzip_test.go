@@ -3,9 +3,13 @@ package usage_test
 import (
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"io"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/llmrate/llmrate/internal/usageref"
 	"github.com/llmrate/llmrate/usage"
@@ -76,4 +80,51 @@ func TestGzipScannerClosed(t *testing.T) {
 	// A scanner created and never written starts no goroutine at all.
 	_ = usage.NewScanner(f.ContentType, f.ContentEncoding)
 	assertNoGzipGoroutine(t)
+}
+
+// TestEncodedScannerClosedEveryCoding: for deflate, br and zstd too, a
+// scanner abandoned mid-body, reset, or finished on a body cut short joins
+// its decoder's goroutine; the cut body is reported in DecodeErr and counts
+// as cut; the whole body is not.
+func TestEncodedScannerClosedEveryCoding(t *testing.T) {
+	plain := []byte("data: {\"choices\":[{\"delta\":{\"content\":\"hello\"}}]}\n\ndata: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n")
+	for _, tc := range []struct {
+		coding string
+		enc    func(io.Writer) io.WriteCloser
+	}{
+		{"deflate", func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) }},
+		{"br", func(w io.Writer) io.WriteCloser { return brotli.NewWriter(w) }},
+		{"zstd", func(w io.Writer) io.WriteCloser { zw, _ := zstd.NewWriter(w); return zw }},
+	} {
+		var buf bytes.Buffer
+		w := tc.enc(&buf)
+		_, _ = w.Write(plain)
+		require.NoError(t, w.Close())
+		body := buf.Bytes()
+
+		whole := scan("text/event-stream", tc.coding, body, 5)
+		assert.NoError(t, whole.DecodeErr, tc.coding)
+		assert.True(t, whole.Complete(false), tc.coding)
+		assert.Equal(t, usage.Usage{InputTokens: 3, OutputTokens: 4}, whole.Usage, tc.coding)
+		assertNoGzipGoroutine(t)
+
+		for _, end := range []func(*usage.Scanner){
+			(*usage.Scanner).Close,
+			func(s *usage.Scanner) { s.Reset("application/json", "") },
+			func(s *usage.Scanner) { s.Reset("text/event-stream", tc.coding) },
+			func(s *usage.Scanner) {
+				r := s.Finish()
+				var de *usage.DecodeError
+				assert.ErrorAs(t, r.DecodeErr, &de, tc.coding)
+				assert.True(t, r.Cut(), tc.coding)
+				assert.False(t, r.Complete(false), tc.coding)
+			},
+		} {
+			s := usage.NewScanner("text/event-stream", tc.coding)
+			_, _ = s.Write(body[:len(body)-3])
+			end(s)
+			s.Close()
+			assertNoGzipGoroutine(t)
+		}
+	}
 }
