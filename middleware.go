@@ -239,6 +239,10 @@ func Fingerprint(key string) string {
 // panicked). It never panics out and never touches the response.
 func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	a := &t.a
+	if !t.close() {
+		l.finishBusy(t)
+		return
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			l.failOpen(a, "reconcile", &PanicError{Where: "reconcile", Value: p})
@@ -270,5 +274,19 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	}
 	if o := l.cfg.observer; o != nil {
 		o.Reconciled(ev)
+	}
+}
+
+// finishBusy ends a use whose writer is still being written, by a goroutine
+// of the handler, after the handler returned (net/http forbids that too).
+// That call still holds the tracker: it is not read and not pooled again,
+// and the admission's estimate stands, as for a body that cannot be read.
+func (l *Limiter) finishBusy(t *tracker) {
+	a := &t.a
+	if ce := l.log.Check(zap.WarnLevel, "llmrate: response written after its handler returned; not scanned"); ce != nil {
+		ce.Write(zap.String("key_fp", Fingerprint(a.key)), zap.Int64("estimate", a.est))
+	}
+	if o := l.cfg.observer; o != nil {
+		o.Reconciled(ReconcileEvent{Kind: ReconcileEstimated, Tier: a.tier, Estimate: a.est, Actual: a.est, Cut: true})
 	}
 }
