@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,9 +46,12 @@ func New(opts ...Option) (*Limiter, error) {
 	}))
 	if m, ok := c.store.(*MemoryStore); ok {
 		l.mem = m
-		if m.onEvict == nil && c.observer != nil {
-			m.onEvict = c.observer.Evicted
-		}
+	}
+	if n, ok := c.store.(EvictionNotifier); ok && c.observer != nil {
+		// Unsubscribed once the limiter is unreachable: a store outliving
+		// many limiters does not keep their observers.
+		stop := n.NotifyEvictions(c.observer)
+		runtime.AddCleanup(l, func(stop func()) { stop() }, stop)
 	}
 	if l.mem == nil {
 		l.calls = newStoreCaller(c.store, c.timeout, c.maxStoreCalls)
