@@ -162,5 +162,16 @@ func TestProviderOwn429RelayedUntouched(t *testing.T) {
 			assert.Equal(t, own, w.Header(), "exactly the provider's headers")
 			assert.Equal(t, body, w.Body.String())
 		})
+		t.Run(style.name+"/shadow", func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, provider, llmrate.WithRateLimitHeaders(style.s), llmrate.WithShadow())
+			for range 200 { // the key's burst: the next request is one shadow mode would refuse
+				h.send("sk-own429", 0)
+			}
+			w := h.send("sk-own429", 0)
+			require.Equal(t, http.StatusTooManyRequests, w.Code)
+			assert.Equal(t, own, w.Header(), "exactly the provider's headers, on a request shadow mode passed")
+			assert.Equal(t, body, w.Body.String())
+		})
 	}
 }

@@ -58,7 +58,10 @@ func (l *Limiter) shadowWriter(w http.ResponseWriter, a *admission) http.Respons
 	return httpsnoop.Wrap(w, httpsnoop.Hooks{
 		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
 			return func(code int) {
-				if code >= 200 {
+				switch {
+				case code == http.StatusTooManyRequests:
+					done = true // the provider's own 429 is relayed untouched
+				case code >= 200:
 					set()
 				}
 				next(code)
