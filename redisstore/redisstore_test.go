@@ -279,7 +279,7 @@ func TestKeyNamesAndTTL(t *testing.T) {
 func TestModelKeyNames(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
-	s := newStore(t, c, redisstore.WithHashKey([]byte("shared-secret")))
+	s := newStore(t, c, redisstore.WithHashKey([]byte("another-shared-secret")))
 	const rawKey, ws, model = "sk-live-SECRET-abcdef123456", "acme-corp", "gpt-4o*"
 	free := llmrate.DefaultTiers().Free
 	ctx := context.Background()
