@@ -1,10 +1,12 @@
 package llmrate
 
 import (
+	"context"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,7 +18,8 @@ func (nopObserver) FailedOpen(FailOpenEvent)  {}
 func (nopObserver) Evicted()                  {}
 
 // TestLimiterUnsubscribesWhenCollected: a store that outlives its limiters
-// (rebuilt on every config reload, say) does not keep their observers.
+// (rebuilt on every config reload, say) does not keep their observers,
+// whether a limiter was closed or only dropped.
 func TestLimiterUnsubscribesWhenCollected(t *testing.T) {
 	s := NewMemoryStore()
 	keep, err := New(WithStore(s), WithObserver(nopObserver{1}))
@@ -29,5 +32,6 @@ func TestLimiterUnsubscribesWhenCollected(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { runtime.GC(); return s.evict.len() == 1 }, 10*time.Second, 10*time.Millisecond,
 		"the three dropped limiters' observers are unsubscribed")
-	runtime.KeepAlive(keep)
+	require.NoError(t, keep.Close(context.Background()))
+	assert.Zero(t, s.evict.len(), "Close unsubscribes")
 }

@@ -30,6 +30,8 @@ type Limiter struct {
 	calls     *storeCaller    // the store, when it is not the memory store
 	rq        *reconcileQueue // nil: reconciles run on the request's goroutine
 	closeOnce sync.Once
+
+	stopEvictions func() // unsubscribes the observer from the store's evictions; nil when not subscribed
 }
 
 // New returns a Limiter configured by opts. Every option has a safe
@@ -51,6 +53,7 @@ func New(opts ...Option) (*Limiter, error) {
 		// Unsubscribed once the limiter is unreachable: a store outliving
 		// many limiters does not keep their observers.
 		stop := n.NotifyEvictions(c.observer)
+		l.stopEvictions = stop // Close stops it too
 		runtime.AddCleanup(l, func(stop func()) { stop() }, stop)
 	}
 	if l.mem == nil {
