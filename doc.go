@@ -31,11 +31,16 @@
 // A refused request gets an OpenAI-shaped 429 with Retry-After = the whole
 // seconds until it would fit in every bucket, clamped to 1…60; a request
 // larger than a whole bucket gets Retry-After 60 and a message saying that
-// retrying will not help. The upstream's own responses, its 429s included,
-// are never rewritten (unless WithRateLimitHeaders is on, which replaces the
-// upstream's rate-limit headers). WithRateLimitTrailers adds, after the
-// body, the key's and workspace's remaining figures once the real charge
-// replaced the estimate (not on the upstream's own 429s).
+// retrying will not help. The upstream's own responses are never rewritten,
+// except that WithRateLimitHeaders replaces the upstream's rate-limit
+// headers on admitted responses; the upstream's own 429 is relayed
+// untouched whatever the header style. WithRateLimitTrailers adds, after
+// the body, the key's and workspace's remaining figures once the real
+// charge replaced the estimate (not on the upstream's own 429s).
+//
+// The ResponseWriter a handler gets is valid until the handler returns, as
+// net/http requires: a write after that fails with ErrWriterReleased and
+// reaches no response.
 //
 // # Policies beyond the plan tier
 //

@@ -15,6 +15,11 @@ var (
 	// ErrStoreTimeout is the cause of a StoreError when a store call ran past
 	// the limiter's store timeout.
 	ErrStoreTimeout = errors.New("llmrate: store call timed out")
+	// ErrWriterReleased is returned by every write to a ResponseWriter the
+	// middleware gave a handler once that handler has returned: a writer kept
+	// past its handler's return (which net/http forbids too) reaches no
+	// response, neither its own nor a later request's.
+	ErrWriterReleased = errors.New("llmrate: ResponseWriter used after its handler returned")
 )
 
 // ConfigError reports an invalid option given to New.

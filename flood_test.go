@@ -24,7 +24,7 @@ func heapInUse() uint64 {
 // the flood is enforced exactly.
 func TestKeyFloodBounded(t *testing.T) {
 	const bound, flood = 20_000, 1_000_000
-	s := llmrate.NewMemoryStore(llmrate.MaxKeys(bound))
+	s := llmrate.NewMemoryStore(llmrate.WithMaxKeys(bound))
 	free := llmrate.DefaultTiers().Free
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)

@@ -47,7 +47,10 @@ const (
 
 // WithRateLimitHeaders turns on rate-limit headers. When on, the upstream
 // provider's own rate-limit headers (which describe the gateway operator's
-// provider account) are removed from responses, never leaked.
+// provider account) are removed from admitted responses, never leaked. A
+// provider's own 429 is the exception, whatever the style: it is relayed
+// untouched, with its own Retry-After and rate-limit headers and none of
+// llmrate's.
 func WithRateLimitHeaders(s HeaderStyle) Option {
 	return optionFunc(func(c *config) { c.headers = s })
 }

@@ -123,3 +123,55 @@ func (o *countingObserver) Decided(e llmrate.DecisionEvent) {
 func (o *countingObserver) Reconciled(llmrate.ReconcileEvent) { o.reconciled.inc() }
 func (o *countingObserver) FailedOpen(llmrate.FailOpenEvent)  { o.failOpen.inc() }
 func (o *countingObserver) Evicted()                          { o.evicted.inc() }
+
+// TestProviderOwn429RelayedUntouched: the provider's own 429 reaches the
+// client exactly as the provider sent it (its Retry-After, its rate-limit
+// headers, its body), with none of llmrate's headers added, whatever the
+// configured header style.
+func TestProviderOwn429RelayedUntouched(t *testing.T) {
+	t.Parallel()
+	own := http.Header{
+		"Content-Type":                   {"application/json"},
+		"Retry-After":                    {"7"},
+		"X-Ratelimit-Limit-Requests":     {"10000"},
+		"X-Ratelimit-Remaining-Requests": {"0"},
+		"X-Ratelimit-Reset-Requests":     {"7s"},
+		"X-Ratelimit-Limit-Tokens":       {"30000000"},
+		"X-Ratelimit-Remaining-Tokens":   {"0"},
+		"X-Ratelimit-Reset-Tokens":       {"1m2s"},
+		"Ratelimit":                      {`"default";r=0;t=7`},
+		"Ratelimit-Policy":               {`"default";q=10000;w=60`},
+	}
+	const body = `{"error":{"message":"Rate limit reached for gpt-4o","type":"requests","code":"rate_limit_exceeded"}}`
+	provider := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for k, v := range own {
+			w.Header()[k] = append([]string(nil), v...)
+		}
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, body)
+	})
+	for _, style := range []struct {
+		name string
+		s    llmrate.HeaderStyle
+	}{{"none", llmrate.HeadersNone}, {"openai", llmrate.HeadersOpenAI}, {"ietf", llmrate.HeadersIETF}} {
+		t.Run(style.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, provider, llmrate.WithRateLimitHeaders(style.s))
+			w := h.send("sk-own429", 400)
+			require.Equal(t, http.StatusTooManyRequests, w.Code)
+			assert.Equal(t, own, w.Header(), "exactly the provider's headers")
+			assert.Equal(t, body, w.Body.String())
+		})
+		t.Run(style.name+"/shadow", func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, provider, llmrate.WithRateLimitHeaders(style.s), llmrate.WithShadow())
+			for range 200 { // the key's burst: the next request is one shadow mode would refuse
+				h.send("sk-own429", 0)
+			}
+			w := h.send("sk-own429", 0)
+			require.Equal(t, http.StatusTooManyRequests, w.Code)
+			assert.Equal(t, own, w.Header(), "exactly the provider's headers, on a request shadow mode passed")
+			assert.Equal(t, body, w.Body.String())
+		})
+	}
+}

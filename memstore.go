@@ -2,6 +2,8 @@ package llmrate
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"math/rand/v2"
@@ -39,18 +41,20 @@ const (
 //
 // Memory tracks active keys only: an entry is dropped once time alone would
 // have refilled it to full, which loses nothing (it comes back full). If a
-// key flood fills the store to its bound (MaxKeys) with entries that are not
-// yet full, the least recently used of a small sample is dropped to make
+// key flood fills the store to its bound (WithMaxKeys) with entries that are
+// not yet full, the least recently used of a small sample is dropped to make
 // room: that key's next request then finds a full bucket. Such lossy
-// evictions are counted (Evictions) and reported to the limiter's observer.
+// evictions are counted (Evictions) and reported to the observer of every
+// limiter using the store (NotifyEvictions).
 type MemoryStore struct {
 	seed     maphash.Seed
 	perShard int
 	keys     [memShards]memShard // key entries, by pair hash (pairHash)
 	ws       [memShards]memShard // workspace entries, by workspace hash
 	lossy    atomic.Int64
-	onEvict  func() // called (outside no lock) after a lossy eviction; may be nil
+	evict    evictNotifier
 	maxTotal int
+	err      error // an invalid option, reported by Err
 }
 
 // entry holds the two buckets of one key (within its workspace) or of one
@@ -62,6 +66,7 @@ type entry struct {
 	req  bucket
 	tok  bucket
 	seq  uint32 // shard access sequence at the last touch: the LRU order
+	solo bool   // a workspace entry last used by a Solo request (it then holds its key's buckets too)
 }
 
 type memShard struct {
@@ -76,30 +81,53 @@ type shardState struct {
 	seq     uint32
 }
 
-// MemoryOption configures a MemoryStore.
-type MemoryOption func(*MemoryStore)
+// MemoryOption configures a MemoryStore. Options only record values;
+// NewMemoryStore validates them (see Err).
+type MemoryOption interface{ applyMemory(*memoryConfig) }
 
-// MaxKeys bounds the number of key entries, and separately of workspace
-// entries, the store tracks. n <= 0 means DefaultMaxKeys. The bound is
-// split evenly over the store's 128 shards (rounded down, at least one entry
-// and at most 16,777,214 per shard: about 2.1 billion in all).
-func MaxKeys(n int) MemoryOption {
-	return func(s *MemoryStore) {
-		if n > 0 {
-			s.maxTotal = n
-		}
-	}
+type memoryConfig struct {
+	maxKeys int
+	errs    []error
 }
 
-// NewMemoryStore returns an empty in-memory store.
-func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
-	s := &MemoryStore{seed: maphash.MakeSeed(), maxTotal: DefaultMaxKeys}
-	for _, o := range opts {
-		if o != nil {
-			o(s)
+type memoryOptionFunc func(*memoryConfig)
+
+func (f memoryOptionFunc) applyMemory(c *memoryConfig) { f(c) }
+
+// WithMaxKeys bounds the number of key entries, and separately of workspace
+// entries, the store tracks. Default: DefaultMaxKeys. n must be positive.
+// The bound is split evenly over the store's 128 shards (rounded down, at
+// least one entry and at most 16,777,214 per shard: about 2.1 billion in
+// all).
+func WithMaxKeys(n int) MemoryOption {
+	return memoryOptionFunc(func(c *memoryConfig) {
+		if n <= 0 {
+			c.errs = append(c.errs, &ConfigError{Option: "WithMaxKeys", Err: fmt.Errorf("%d entries: must be positive", n)})
+			return
 		}
+		c.maxKeys = n
+	})
+}
+
+// NewMemoryStore returns an empty in-memory store. It cannot return an
+// error: an invalid option is kept and reported by Err, New refuses the
+// store (WithStore) with that *ConfigError, and until then the store runs
+// with the option's default.
+func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
+	c := memoryConfig{maxKeys: DefaultMaxKeys}
+	nils := 0
+	for _, o := range opts {
+		if o == nil {
+			nils++
+			continue
+		}
+		o.applyMemory(&c)
 	}
-	// Never above MaxKeys (from 128 on), nor above what a table holds.
+	if nils > 0 {
+		c.errs = append(c.errs, &ConfigError{Option: "MemoryOption", Err: errors.New("nil option")})
+	}
+	s := &MemoryStore{seed: maphash.MakeSeed(), maxTotal: c.maxKeys, err: errors.Join(c.errs...)}
+	// Never above WithMaxKeys (from 128 on), nor above what a table holds.
 	s.perShard = min(max(1, s.maxTotal/memShards), maxTableEntries)
 	for i := range s.keys {
 		s.keys[i].sweepAt = minSweep
@@ -108,10 +136,17 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	return s
 }
 
+// Err returns the store's invalid options as *ConfigErrors (joined when
+// several), or nil when every option was valid.
+func (s *MemoryStore) Err() error { return s.err }
+
+// NotifyEvictions implements EvictionNotifier.
+func (s *MemoryStore) NotifyEvictions(o Observer) (stop func()) { return s.evict.add(o) }
+
 var _ Store = (*MemoryStore)(nil)
 
 // Evictions returns how many entries were dropped before they were full
-// because the store was at its MaxKeys bound.
+// because the store was at its WithMaxKeys bound.
 func (s *MemoryStore) Evictions() int64 { return s.lossy.Load() }
 
 // Len returns the number of key entries and workspace entries held.
@@ -196,17 +231,14 @@ func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int6
 	}
 	ke.advance(now, kl)
 	we.advance(now, wl)
+	we.solo = false
 	return ks, wsh, ke, we, evicted
 }
 
 func (s *MemoryStore) noteEvictions(n int) {
 	if n > 0 {
 		s.lossy.Add(int64(n))
-		if s.onEvict != nil {
-			for range n {
-				s.onEvict()
-			}
-		}
+		s.evict.notify(n)
 	}
 }
 
@@ -218,6 +250,7 @@ func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (*mem
 	sh.mu.Lock()
 	e, ev := getEntry(sh, s.perShard, wh, lim, now)
 	e.advance(now, lim)
+	e.solo = true
 	return sh, e, ev
 }
 
@@ -406,8 +439,10 @@ func getEntry(sh *memShard, bound int, k uint64, lim Limits, now int64) (e *entr
 
 // Levels returns the whole-unit level of the four default buckets of (key,
 // workspace) as of now under the given figures, indexed by Bucket, without
-// changing anything. Buckets not tracked are full; a Solo key (its own
-// workspace) reports its one set of buckets for both scopes.
+// changing anything. Buckets not tracked are full at their figures. A Solo
+// key (its own workspace, kept once as its workspace's entry) reports that
+// entry for both scopes; a key named like its workspace that was admitted
+// without Solo, or never, reports its own buckets.
 //
 // Levels is shorthand for ModelLevels(key, workspace, "", kl, wl, now).
 func (s *MemoryStore) Levels(key, workspace string, kl, wl Limits, now time.Time) [4]int64 {
@@ -418,6 +453,12 @@ func (s *MemoryStore) Levels(key, workspace string, kl, wl Limits, now time.Time
 // the entry's name as configured, e.g. "gpt-4o*"; "" for the default
 // buckets).
 func (s *MemoryStore) ModelLevels(key, workspace, model string, kl, wl Limits, now time.Time) [4]int64 {
+	b := s.exactLevels(key, workspace, model, kl, wl, now)
+	return [4]int64{b[KeyRequests].level, b[KeyTokens].level, b[WorkspaceRequests].level, b[WorkspaceTokens].level}
+}
+
+// exactLevels is ModelLevels with each bucket's fraction.
+func (s *MemoryStore) exactLevels(key, workspace, model string, kl, wl Limits, now time.Time) [4]bucket {
 	pk, wh := s.hashes(key, workspace, model)
 	ks, wsh := s.shards(pk, wh)
 	n := now.UnixNano()
@@ -428,10 +469,10 @@ func (s *MemoryStore) ModelLevels(key, workspace, model string, kl, wl Limits, n
 	wsh.mu.Lock()
 	we := peek(wsh.t.get(wh), n, wl)
 	wsh.mu.Unlock()
-	if kp == nil && key == workspace {
+	if kp == nil && key == workspace && we.solo { // we is a copy, read under the lock
 		ke = we // a Solo key's buckets are kept once, as its workspace's
 	}
-	return [4]int64{ke.req.level, ke.tok.level, we.req.level, we.tok.level}
+	return [4]bucket{ke.req, ke.tok, we.req, we.tok}
 }
 
 func peek(e *entry, now int64, lim Limits) entry {

@@ -1,14 +1,143 @@
 package llmrate_test
 
 import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/storetest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestMemoryStoreConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(*testing.T, func() time.Time) llmrate.Store { return llmrate.NewMemoryStore() })
+}
+
+// TestLevelsOfAnUnseenKeyInAUsedWorkspace: a key never admitted has full
+// buckets at its own figures, even when its name is its workspace's and that
+// workspace was spent by another key; only a Solo key (its own workspace,
+// kept once) reports its workspace's levels as its own.
+func TestLevelsOfAnUnseenKeyInAUsedWorkspace(t *testing.T) {
+	t.Parallel()
+	s := llmrate.NewMemoryStore()
+	now := time.Unix(1_700_000_000, 0)
+	kl := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1000}
+	wl := llmrate.Limits{RequestsPerMinute: 50, TokensPerMinute: 5000}
+	ctx := context.Background()
+	d, err := s.Admit(ctx, llmrate.AdmitRequest{Key: "alice", Workspace: "acme", KeyLimits: kl, WorkspaceLimits: wl, Tokens: 300, Now: now})
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Equal(t, [4]int64{20, 2000, 99, 9700}, s.Levels("acme", "acme", kl, wl, now),
+		"key acme was never admitted: full at the key's figures (2×10, 2×1000); the workspace spent 1 and 300")
+
+	d, err = s.Admit(ctx, llmrate.AdmitRequest{Key: "solo", Workspace: "solo", KeyLimits: wl, WorkspaceLimits: wl, Tokens: 300, Solo: true, Now: now})
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Equal(t, [4]int64{99, 9700, 99, 9700}, s.Levels("solo", "solo", wl, wl, now), "a Solo key's buckets are its workspace's")
+}
+
+// TestEvictionsReachEveryObserver: every limiter sharing a store has its
+// observer told of each of the store's lossy evictions, whichever limiter's
+// request caused it; an observer given to two limiters is told once.
+func TestEvictionsReachEveryObserver(t *testing.T) {
+	t.Parallel()
+	s := llmrate.NewMemoryStore(llmrate.WithMaxKeys(128)) // one entry per shard: nearly every new key evicts
+	o1, o2, shared := &recorder{}, &recorder{}, &recorder{}
+	l1, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(o1))
+	require.NoError(t, err)
+	l2, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(o2))
+	require.NoError(t, err)
+	l3, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(shared))
+	require.NoError(t, err)
+	l4, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(shared))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for i, l := range []*llmrate.Limiter{l1, l2, l3, l4} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := l.Middleware(okHandler)
+			for k := range 300 {
+				h.ServeHTTP(httptest.NewRecorder(), postWithKey(fmt.Sprintf("sk-%d-%d", i, k)))
+			}
+		}()
+	}
+	wg.Wait()
+	n := int(s.Evictions())
+	require.Positive(t, n)
+	for name, o := range map[string]*recorder{"first": o1, "second": o2, "shared by two limiters": shared} {
+		o.mu.Lock()
+		assert.Equal(t, n, o.evictions, "%s observer", name)
+		o.mu.Unlock()
+	}
+}
+
+// TestNewOnAStoreInUse: building a limiter on a store that other limiters
+// are using is safe (run under -race), and the new limiter's observer sees
+// the evictions from then on.
+func TestNewOnAStoreInUse(t *testing.T) {
+	t.Parallel()
+	s := llmrate.NewMemoryStore(llmrate.WithMaxKeys(128))
+	busy, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(&recorder{}))
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h := busy.Middleware(okHandler)
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			h.ServeHTTP(httptest.NewRecorder(), postWithKey(fmt.Sprintf("sk-busy-%d", k)))
+		}
+	}()
+	late := &recorder{}
+	l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(late))
+	close(stop)
+	<-done
+	require.NoError(t, err)
+	before := s.Evictions()
+	h := l.Middleware(okHandler)
+	for k := range 300 {
+		h.ServeHTTP(httptest.NewRecorder(), postWithKey(fmt.Sprintf("sk-late-%d", k)))
+	}
+	late.mu.Lock()
+	defer late.mu.Unlock()
+	assert.Positive(t, s.Evictions()-before)
+	assert.Equal(t, int(s.Evictions()-before), late.evictions)
+}
+
+// TestInvalidMemoryOptions: NewMemoryStore cannot return an error, so an
+// invalid option is kept and reported by Err, and New refuses the store
+// with a *ConfigError naming the option.
+func TestInvalidMemoryOptions(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		opts   []llmrate.MemoryOption
+		option string
+	}{
+		{"zero", []llmrate.MemoryOption{llmrate.WithMaxKeys(0)}, "WithMaxKeys"},
+		{"negative", []llmrate.MemoryOption{llmrate.WithMaxKeys(-5)}, "WithMaxKeys"},
+		{"nil", []llmrate.MemoryOption{nil}, "MemoryOption"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := llmrate.NewMemoryStore(c.opts...)
+			require.Error(t, s.Err())
+			_, err := llmrate.New(llmrate.WithStore(s))
+			var ce *llmrate.ConfigError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, c.option, ce.Option)
+		})
+	}
+	assert.NoError(t, llmrate.NewMemoryStore(llmrate.WithMaxKeys(1)).Err())
 }

@@ -113,3 +113,11 @@ func TestShardsFillCacheLines(t *testing.T) {
 		t.Fatalf("memShard is %d bytes, not a multiple of 64", n)
 	}
 }
+
+// TestEntrySize: an entry stays 56 bytes (BENCHMARKS.md's memory figures
+// rest on it); the solo mark lives in what was padding.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 56 {
+		t.Fatalf("entry is %d bytes, want 56", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,8 @@ type Limiter struct {
 	calls     *storeCaller    // the store, when it is not the memory store
 	rq        *reconcileQueue // nil: reconciles run on the request's goroutine
 	closeOnce sync.Once
+
+	stopEvictions func() // unsubscribes the observer from the store's evictions; nil when not subscribed
 }
 
 // New returns a Limiter configured by opts. Every option has a safe
@@ -46,9 +49,13 @@ func New(opts ...Option) (*Limiter, error) {
 	}))
 	if m, ok := c.store.(*MemoryStore); ok {
 		l.mem = m
-		if m.onEvict == nil && c.observer != nil {
-			m.onEvict = c.observer.Evicted
-		}
+	}
+	if n, ok := c.store.(EvictionNotifier); ok && c.observer != nil {
+		// Unsubscribed once the limiter is unreachable: a store outliving
+		// many limiters does not keep their observers.
+		stop := n.NotifyEvictions(c.observer)
+		l.stopEvictions = stop // Close stops it too
+		runtime.AddCleanup(l, func(stop func()) { stop() }, stop)
 	}
 	if l.mem == nil {
 		l.calls = newStoreCaller(c.store, c.timeout, c.maxStoreCalls)
@@ -247,6 +254,10 @@ func Fingerprint(key string) string {
 // panicked). It never panics out and never touches the response.
 func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	a := &t.a
+	if !t.close() {
+		l.finishBusy(t)
+		return
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			l.failOpen(a, "reconcile", &PanicError{Where: "reconcile", Value: p})
@@ -286,5 +297,19 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	}
 	if o := l.cfg.observer; o != nil {
 		o.Reconciled(ev)
+	}
+}
+
+// finishBusy ends a use whose writer is still being written, by a goroutine
+// of the handler, after the handler returned (net/http forbids that too).
+// That call still holds the tracker: it is not read and not pooled again,
+// and the admission's estimate stands, as for a body that cannot be read.
+func (l *Limiter) finishBusy(t *tracker) {
+	a := &t.a
+	if ce := l.log.Check(zap.WarnLevel, "llmrate: response written after its handler returned; not scanned"); ce != nil {
+		ce.Write(zap.String("key_fp", Fingerprint(a.key)), zap.Int64("estimate", a.est))
+	}
+	if o := l.cfg.observer; o != nil {
+		o.Reconciled(ReconcileEvent{Kind: ReconcileEstimated, Tier: a.tier, Estimate: a.est, Actual: a.est, Cut: true})
 	}
 }

@@ -88,56 +88,52 @@ func TestWorkedExampleTokens(t *testing.T) {
 	assert.Equal(t, 198, h.burst("sk-t", 1000), "the whole remaining request allowance is still there")
 }
 
-// 3. Order and rollback: a refusal at any stage leaves all four buckets as
-// they were; two keys of one workspace exhaust it together.
+// 3. Order and rollback: a refusal at each of the four stages leaves all
+// four buckets of the refused key as they were, and those of another key
+// of the workspace; two keys of one workspace exhaust it together.
 func TestRollbackAtEveryStage(t *testing.T) {
 	t.Parallel()
 	store := llmrate.NewMemoryStore()
-	now := newFakeClock().Now()
-	key := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1000}
-	ws := llmrate.Limits{RequestsPerMinute: 20, TokensPerMinute: 1500}
+	now := newFakeClock().Now()                                         // fixed: no refill, so whole levels are the whole state
+	key := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1000} // buckets of 20 requests, 2,000 tokens
+	ws := llmrate.Limits{RequestsPerMinute: 20, TokensPerMinute: 1500}  // buckets of 40 requests, 3,000 tokens
 	admit := func(k string, n int64) llmrate.Decision {
 		d, err := store.Admit(context.Background(), llmrate.AdmitRequest{Key: k, Workspace: "ws", KeyLimits: key, WorkspaceLimits: ws, Tokens: n, Now: now})
 		require.NoError(t, err)
 		return d
 	}
-	// key requests: drain k1's 20 requests
-	for range 20 {
-		require.True(t, admit("k1", 1).Allowed)
-	}
-	cases := []struct {
-		name string
-		key  string
-		n    int64
-		want llmrate.Bucket
+	levels := func(k string) [4]int64 { return store.Levels(k, "ws", key, ws, now) }
+	steps := []struct {
+		stage string
+		setup func() // admissions that bring the stage's bucket down; each must be admitted
+		key   string
+		n     int64
+		want  llmrate.Bucket
 	}{
-		{"key requests", "k1", 1, llmrate.KeyRequests},
-		{"key tokens", "k2", 2001, llmrate.KeyTokens},
-		{"workspace tokens", "k3", 2000 - 20 + 1, llmrate.WorkspaceTokens}, // ws tokens: 3000-20 left
+		{"key requests", func() { // k1 spends its 20 requests: workspace 20 requests, 2,980 tokens left
+			for range 20 {
+				require.True(t, admit("k1", 1).Allowed)
+			}
+		}, "k1", 1, llmrate.KeyRequests},
+		{"key tokens", func() { // k2 spends 1,990 of its 2,000 tokens: workspace 19 requests, 990 tokens left
+			require.True(t, admit("k2", 1990).Allowed)
+		}, "k2", 11, llmrate.KeyTokens},
+		{"workspace tokens", func() {}, "k3", 991, llmrate.WorkspaceTokens}, // k3 has 2,000; the workspace 990
+		{"workspace requests", func() { // k4 and k5 take the workspace's 19 remaining requests together
+			for i := range 19 {
+				require.True(t, admit(fmt.Sprintf("k%d", 4+i%2), 1).Allowed, "request %d of the workspace's last 19", i)
+			}
+		}, "k6", 1, llmrate.WorkspaceRequests},
 	}
-	// workspace tokens left: 3000 - 20 = 2980; a request of 1981 fits k3's
-	// key bucket (2000) ... tune: drain workspace tokens first with k2.
-	require.True(t, admit("k2", 1990).Allowed) // ws tokens: 3000-20-1990 = 990
-	cases[2].n = 991
-	for _, c := range cases {
-		before := [2][4]int64{store.Levels(c.key, "ws", key, ws, now), store.Levels("k1", "ws", key, ws, now)}
-		d := admit(c.key, c.n)
-		require.False(t, d.Allowed, c.name)
-		assert.Equal(t, c.want, d.Refused, c.name)
-		after := [2][4]int64{store.Levels(c.key, "ws", key, ws, now), store.Levels("k1", "ws", key, ws, now)}
-		assert.Equal(t, before, after, "%s: refusal changed a bucket", c.name)
+	for _, s := range steps {
+		s.setup()
+		before := [2][4]int64{levels(s.key), levels("k1")}
+		d := admit(s.key, s.n)
+		require.False(t, d.Allowed, s.stage)
+		assert.Equal(t, s.want, d.Refused, s.stage)
+		assert.Equal(t, before, [2][4]int64{levels(s.key), levels("k1")}, "%s: the refusal changed a bucket", s.stage)
 	}
-	// workspace requests: 40 - 21 = 19 left; k4 and k5 take them together.
-	n := 0
-	for i := 0; ; i++ {
-		d := admit(fmt.Sprintf("k%d", 4+i%2), 1)
-		if !d.Allowed {
-			assert.Equal(t, llmrate.WorkspaceRequests, d.Refused)
-			break
-		}
-		n++
-	}
-	assert.Equal(t, 19, n, "two keys share the workspace's requests")
+	assert.Equal(t, [4]int64{20, 2000, 0, 971}, levels("k6"), "k6 untouched; the workspace spent 40 requests and 2,029 tokens")
 }
 
 func TestTwoKeysExhaustWorkspaceThroughMiddleware(t *testing.T) {
@@ -236,7 +232,8 @@ func TestEstimate(t *testing.T) {
 	cases := []struct {
 		cl   int64
 		want int64
-	}{{-1, 1}, {0, 1}, {3, 1}, {4, 1}, {7, 1}, {8, 2}, {1_200_000, 300_000}}
+	}{{-1, 1}, {0, 1}, {3, 1}, {4, 1}, {7, 1}, {8, 2}, {1_200_000, 300_000},
+		{-1 << 63, 1}, {1 << 62, 1 << 60}, {1<<63 - 1, 2_305_843_009_213_693_951}} // (2^63-1)/4 = 2^61 - 1/4
 	for _, c := range cases {
 		r := httptest.NewRequest(http.MethodPost, "/", nil)
 		r.ContentLength = c.cl

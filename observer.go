@@ -18,8 +18,10 @@ type Observer interface {
 	Reconciled(ReconcileEvent)
 	// FailedOpen is called when a fault let a request through unchecked.
 	FailedOpen(FailOpenEvent)
-	// Evicted is called when the memory store dropped a bucket that was not
-	// yet full because it was at its MaxKeys bound.
+	// Evicted is called when the limiter's store dropped a bucket that was
+	// not yet full (the memory store at its WithMaxKeys bound, or a store
+	// falling back on one; see EvictionNotifier), whichever limiter sharing
+	// that store caused it. It may run on another limiter's request.
 	Evicted()
 }
 

@@ -226,6 +226,9 @@ func newConfig(opts []Option) (*config, error) {
 	if !c.reconcileQueueSet {
 		c.reconcileQueue = DefaultReconcileQueue
 	}
+	if m, ok := c.store.(*MemoryStore); ok && m.Err() != nil {
+		c.errs = append(c.errs, m.Err()) // already *ConfigErrors, naming the memory option
+	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}

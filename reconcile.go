@@ -222,7 +222,8 @@ func (l *Limiter) Flush(ctx context.Context) error {
 }
 
 // Close applies the reconciles still queued, waiting for them until ctx is
-// done, stops the limiter's worker goroutines and then closes the store if
+// done, stops the limiter's worker goroutines, unsubscribes its observer
+// from the store's evictions (EvictionNotifier) and then closes the store if
 // it has a Close(context.Context) error method. It reports the reconciles it
 // could not apply (each also counted by FailOpens and logged) and the
 // store's Close error. Requests served after Close still work: their
@@ -248,6 +249,9 @@ func (l *Limiter) Close(ctx context.Context) error {
 				ce.Write(zap.Int64("not_applied", dropped), zap.Int64("failed", failed))
 			}
 		}
+	}
+	if l.stopEvictions != nil {
+		l.stopEvictions() // the store may outlive the limiter
 	}
 	if c, ok := l.cfg.store.(interface{ Close(context.Context) error }); ok {
 		if err := c.Close(ctx); err != nil {

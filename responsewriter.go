@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/felixge/httpsnoop"
@@ -14,8 +15,9 @@ import (
 // tracker wraps one admitted request's ResponseWriter (with httpsnoop, so
 // Flush, Hijack, ReadFrom, Push and Unwrap keep working) and feeds every
 // body byte to the usage scanner after it has gone to the client. Trackers
-// are pooled: their hook functions are built once, so wrapping costs only
-// what httpsnoop.Wrap itself allocates.
+// are pooled; each use hands the handler a writer bound to that use (one
+// small function per hooked method), which fails with ErrWriterReleased
+// once the handler has returned.
 type tracker struct {
 	l       *Limiter
 	a       admission
@@ -41,6 +43,9 @@ type tracker struct {
 	hooks   httpsnoop.Hooks
 	tee     teeReader
 	forward func([]byte) (int, error) // the filter's output: the Write next in line at the time of the call
+
+	gen    atomic.Uint64 // the current use; bumped by close when the handler returns
+	active atomic.Int32  // calls in progress through a writer (enter/exit)
 }
 
 type teeReader struct {
@@ -60,30 +65,96 @@ func newTracker(l *Limiter) *tracker {
 	t := &tracker{l: l}
 	t.tee.t = t
 	t.forward = func(b []byte) (int, error) { return t.nextWrite(b) }
-	writeHeader, write, writeString, readFrom, hijack := t.writeHeader, t.write, t.writeString, t.readFrom, t.hijack
+	// The hooks are built once; each returns a function bound to the use
+	// (the generation) current when httpsnoop.Wrap called it, so a writer
+	// kept past its handler's return is detected and refused (see enter),
+	// even once this tracker serves another request.
 	t.hooks = httpsnoop.Hooks{
 		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
 			t.nextWriteHeader = next
-			return writeHeader
+			g := t.gen.Load()
+			return func(code int) {
+				if !t.enter(g) {
+					return
+				}
+				defer t.exit()
+				t.writeHeader(code)
+			}
 		},
 		Write: func(next httpsnoop.WriteFunc) httpsnoop.WriteFunc {
 			t.nextWrite = next
-			return write
+			g := t.gen.Load()
+			return func(b []byte) (int, error) {
+				if !t.enter(g) {
+					return 0, ErrWriterReleased
+				}
+				defer t.exit()
+				return t.write(b)
+			}
 		},
 		WriteString: func(next httpsnoop.WriteStringFunc) httpsnoop.WriteStringFunc {
 			t.nextWriteString = next
-			return writeString
+			g := t.gen.Load()
+			return func(s string) (int, error) {
+				if !t.enter(g) {
+					return 0, ErrWriterReleased
+				}
+				defer t.exit()
+				return t.writeString(s)
+			}
 		},
 		ReadFrom: func(next httpsnoop.ReadFromFunc) httpsnoop.ReadFromFunc {
 			t.nextReadFrom = next
-			return readFrom
+			g := t.gen.Load()
+			return func(src io.Reader) (int64, error) {
+				if !t.enter(g) {
+					return 0, ErrWriterReleased
+				}
+				defer t.exit()
+				return t.readFrom(src)
+			}
 		},
 		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
 			t.nextHijack = next
-			return hijack
+			g := t.gen.Load()
+			return func() (net.Conn, *bufio.ReadWriter, error) {
+				if !t.enter(g) {
+					return nil, nil, ErrWriterReleased
+				}
+				defer t.exit()
+				return t.hijack()
+			}
 		},
 	}
 	return t
+}
+
+// enter admits a call through a writer of generation g: false once that
+// use is over (its handler returned). A call admitted holds t until exit.
+//
+// With close (run when the handler returns) this makes a stale writer safe
+// without a lock: enter adds to active, then reads gen; close adds to gen,
+// then reads active. Both are sequentially consistent atomics, so either
+// the call sees the new generation and backs off, or close sees the call in
+// progress and never reuses t.
+func (t *tracker) enter(g uint64) bool {
+	t.active.Add(1)
+	if t.gen.Load() != g {
+		t.active.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (t *tracker) exit() { t.active.Add(-1) }
+
+// close ends the current use: every later call through its writer fails.
+// It reports false when a call through that writer is still running (a
+// handler's goroutine writing while the handler returned): t is then still
+// in use by it and must be neither read nor reused.
+func (t *tracker) close() bool {
+	t.gen.Add(1)
+	return t.active.Load() == 0
 }
 
 func (t *tracker) start(w http.ResponseWriter, r *http.Request, a *admission) {
@@ -114,7 +185,9 @@ func (t *tracker) release() {
 func (t *tracker) beginBody(code int) {
 	t.headerDone = true
 	h := t.w.Header()
-	if t.l.cfg.headers != HeadersNone {
+	// A provider's own 429 is relayed untouched: its Retry-After and its
+	// rate-limit headers are the client's to read, whatever the style.
+	if t.l.cfg.headers != HeadersNone && code != http.StatusTooManyRequests {
 		t.l.setRateLimitHeaders(h, &t.a)
 	}
 	t.declareTrailers(code, h)

@@ -47,18 +47,22 @@ func (l *Limiter) passShadow(w http.ResponseWriter, r *http.Request, a *admissio
 
 // shadowWriter wraps w so that the rate-limit headers of a's decision
 // replace the upstream's once the handler writes its header.
-func (l *Limiter) shadowWriter(w http.ResponseWriter, a *admission) http.ResponseWriter {
+func (l *Limiter) shadowWriter(w http.ResponseWriter, decided *admission) http.ResponseWriter {
+	a := *decided // a copy for the hooks: the caller's admission stays on its stack
 	done := false
 	set := func() {
 		if !done {
 			done = true
-			l.setRateLimitHeaders(w.Header(), a)
+			l.setRateLimitHeaders(w.Header(), &a)
 		}
 	}
 	return httpsnoop.Wrap(w, httpsnoop.Hooks{
 		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
 			return func(code int) {
-				if code >= 200 {
+				switch {
+				case code == http.StatusTooManyRequests:
+					done = true // the provider's own 429 is relayed untouched
+				case code >= 200:
 					set()
 				}
 				next(code)

@@ -28,7 +28,7 @@ const floodKeys = 1_000_000
 func llmrateFill(solo bool) func(n int) any {
 	return func(n int) any {
 		lim := llmrate.Limits{RequestsPerMinute: 100, TokensPerMinute: 200_000}
-		s := llmrate.NewMemoryStore(llmrate.MaxKeys(2 * n))
+		s := llmrate.NewMemoryStore(llmrate.WithMaxKeys(2 * n))
 		now := time.Now()
 		for i := range n {
 			k := keyName(i)

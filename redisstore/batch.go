@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -28,16 +27,7 @@ var (
 // Redis Cluster client (a batch could span hash slots). max must be at
 // least 2. Default: off, one call per admission.
 func WithBatching(max int) Option {
-	return func(s *Store) error {
-		if max < 2 {
-			return fmt.Errorf("redisstore: batch size %d, want at least 2", max)
-		}
-		if _, ok := s.c.(*redis.ClusterClient); ok {
-			return errors.New("redisstore: batching needs a single-node or Sentinel client, not a Cluster client")
-		}
-		s.batch = &batcher{max: max}
-		return nil
-	}
+	return optionFunc(func(c *config) { c.batch, c.batchSet = max, true })
 }
 
 type batcher struct {

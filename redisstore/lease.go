@@ -2,9 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -62,17 +60,7 @@ const (
 // the capacity out on lease. The store then runs a goroutine that returns
 // idle leases; Close stops it and returns every lease.
 func WithLeases(share float64) Option {
-	return func(s *Store) error {
-		if !(share > 0 && share <= 0.25) {
-			return fmt.Errorf("redisstore: lease share %v, want 0 < share <= 0.25", share)
-		}
-		id := make([]byte, 8)
-		if _, err := rand.Read(id); err != nil {
-			return fmt.Errorf("redisstore: lease id: %w", err)
-		}
-		s.leases = &leaser{share: share, id: hex.EncodeToString(id), held: map[string]*lease{}, stop: make(chan struct{})}
-		return nil
-	}
+	return optionFunc(func(c *config) { c.leases, c.leasesSet = share, true })
 }
 
 // leaser holds this process's leases.

@@ -59,6 +59,7 @@ package redisstore
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -92,10 +93,8 @@ const (
 	DefaultRetryInterval = time.Second
 )
 
-// defaultHashKey keys the name hashes when WithHashKey is not given. Set
-// your own shared secret in production: with it, names in Redis cannot be
-// matched to keys even by someone who can guess them.
-const defaultHashKey = "llmrate/redisstore/v1"
+// MinHashKeyLen is the shortest secret WithHashKey accepts.
+const MinHashKeyLen = 16
 
 // Store is an llmrate.Store on Redis. It is safe for concurrent use.
 type Store struct {
@@ -118,105 +117,168 @@ type Store struct {
 // Redis for the retry interval: one slow call under load is not an outage.
 const breakAfter = 3
 
-var _ llmrate.Store = (*Store)(nil)
+var (
+	_ llmrate.Store            = (*Store)(nil)
+	_ llmrate.EvictionNotifier = (*Store)(nil)
+)
 
-// Option configures a Store.
-type Option func(*Store) error
+// Option configures a Store. Options only record values; New validates
+// them once and reports every invalid one.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config is what the options record.
+type config struct {
+	prefix      string
+	hashKey     []byte
+	hashKeySet  bool
+	clock       func() time.Time
+	clockSet    bool
+	timeout     time.Duration
+	retry       time.Duration
+	fallback    *llmrate.MemoryStore
+	batch       int
+	batchSet    bool
+	leases      float64
+	leasesSet   bool
+	nilOptions  int
+	fallbackSet bool
+}
 
 // WithPrefix sets the prefix of every key name. Default: DefaultPrefix. It
 // must not be empty or contain '{' or '}'.
 func WithPrefix(p string) Option {
-	return func(s *Store) error {
-		if p == "" || strings.ContainsAny(p, "{}") {
-			return fmt.Errorf("redisstore: invalid prefix %q", p)
-		}
-		s.prefix = p
-		return nil
-	}
+	return optionFunc(func(c *config) { c.prefix = p })
 }
 
-// WithHashKey sets the secret that keys the name hashes. Every gateway
-// sharing the limits must use the same one. Default: a fixed public key.
+// WithHashKey sets the secret that keys the name hashes: at least
+// MinHashKeyLen bytes, from a secret store or a random source, never a
+// constant in code. It is required (there is no default): with a public
+// key, anyone who can read Redis could test guessed API keys against the
+// names. Every gateway sharing the limits must use the same one; changing
+// it starts every bucket afresh (full).
 func WithHashKey(secret []byte) Option {
-	return func(s *Store) error {
-		if len(secret) == 0 {
-			return errors.New("redisstore: empty hash key")
-		}
-		s.hashKey = append([]byte(nil), secret...)
-		return nil
-	}
+	return optionFunc(func(c *config) { c.hashKey, c.hashKeySet = append([]byte(nil), secret...), true })
 }
 
 // WithClock makes the scripts use this clock instead of the Redis server's
 // TIME (for tests: all processes must then share it). Readings are used at
-// microsecond resolution.
+// microsecond resolution. nil is an error.
 func WithClock(now func() time.Time) Option {
-	return func(s *Store) error {
-		if now == nil {
-			return errors.New("redisstore: nil clock")
-		}
-		s.clock = now
-		return nil
-	}
+	return optionFunc(func(c *config) { c.clock, c.clockSet = now, true })
 }
 
 // WithTimeout bounds each Redis call. Default: DefaultTimeout. Keep it below
 // the limiter's store timeout (llmrate.WithStoreTimeout, 50 ms by default)
-// so that WithFallbackLocal can answer in time.
+// so that WithFallbackLocal can answer in time. d must be positive.
 func WithTimeout(d time.Duration) Option {
-	return func(s *Store) error {
-		if d <= 0 {
-			return errors.New("redisstore: timeout must be positive")
-		}
-		s.timeout = d
-		return nil
-	}
+	return optionFunc(func(c *config) { c.timeout = d })
 }
 
 // WithRetryInterval sets how long the store stops trying Redis after three
 // failed calls in a row, so that an outage does not add the timeout to every request.
 // Shared enforcement resumes on the first successful call after it.
-// Default: DefaultRetryInterval.
+// Default: DefaultRetryInterval. d must not be negative.
 func WithRetryInterval(d time.Duration) Option {
-	return func(s *Store) error {
-		if d < 0 {
-			return errors.New("redisstore: negative retry interval")
-		}
-		s.retry = d
-		return nil
-	}
+	return optionFunc(func(c *config) { c.retry = d })
 }
 
 // WithFallbackLocal enforces per-process in-memory buckets while Redis is
 // unreachable, instead of returning the error (which makes the limiter fail
 // open and pass everything). Limits are then per process until Redis is
-// back.
+// back. The fallback's lossy evictions reach the observers of the limiters
+// using the store (NotifyEvictions). An invalid memory option makes New
+// fail.
 func WithFallbackLocal(opts ...llmrate.MemoryOption) Option {
-	return func(s *Store) error {
-		s.fallback = llmrate.NewMemoryStore(opts...)
-		return nil
-	}
+	return optionFunc(func(c *config) { c.fallback, c.fallbackSet = llmrate.NewMemoryStore(opts...), true })
 }
 
 // New returns a Store on client (a *redis.Client, *redis.ClusterClient or
-// Sentinel-backed client).
+// Sentinel-backed client). WithHashKey is required. Invalid options are
+// reported together (errors.Join), each as a *llmrate.ConfigError whose
+// Option is qualified, e.g. "redisstore.WithHashKey".
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	if client == nil {
-		return nil, errors.New("redisstore: nil client")
-	}
-	s := &Store{c: client, prefix: DefaultPrefix, hashKey: []byte(defaultHashKey), timeout: DefaultTimeout, retry: DefaultRetryInterval}
+	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, retry: DefaultRetryInterval}
 	for _, o := range opts {
 		if o == nil {
-			return nil, errors.New("redisstore: nil option")
+			c.nilOptions++
+			continue
 		}
-		if err := o(s); err != nil {
-			return nil, err
+		o.apply(&c)
+	}
+	var errs []error
+	fail := func(option, format string, args ...any) {
+		errs = append(errs, &llmrate.ConfigError{Option: "redisstore." + option, Err: fmt.Errorf(format, args...)})
+	}
+	if client == nil {
+		errs = append(errs, errors.New("redisstore: nil client"))
+	}
+	if c.nilOptions > 0 {
+		fail("Option", "nil option")
+	}
+	if c.prefix == "" || strings.ContainsAny(c.prefix, "{}") {
+		fail("WithPrefix", "%q: want a non-empty prefix without '{' or '}'", c.prefix)
+	}
+	switch {
+	case !c.hashKeySet:
+		fail("WithHashKey", "required: a secret of at least %d bytes keys the names in Redis (there is no default)", MinHashKeyLen)
+	case len(c.hashKey) < MinHashKeyLen:
+		fail("WithHashKey", "%d bytes: want at least %d", len(c.hashKey), MinHashKeyLen)
+	}
+	if c.clockSet && c.clock == nil {
+		fail("WithClock", "nil clock")
+	}
+	if c.timeout <= 0 {
+		fail("WithTimeout", "%v: must be positive", c.timeout)
+	}
+	if c.retry < 0 {
+		fail("WithRetryInterval", "%v: must not be negative", c.retry)
+	}
+	if c.fallbackSet {
+		if err := c.fallback.Err(); err != nil {
+			errs = append(errs, &llmrate.ConfigError{Option: "redisstore.WithFallbackLocal", Err: err})
 		}
 	}
-	if s.batch != nil && s.leases != nil {
-		return nil, errors.New("redisstore: WithLeases and WithBatching cannot be combined")
+	if c.leasesSet && !(c.leases > 0 && c.leases <= 0.25) {
+		fail("WithLeases", "lease share %v, want 0 < share <= 0.25", c.leases)
+	}
+	if c.leasesSet && c.batchSet {
+		fail("WithLeases", "WithLeases and WithBatching cannot be combined")
+	}
+	if c.batchSet {
+		if c.batch < 2 {
+			fail("WithBatching", "batch size %d, want at least 2", c.batch)
+		}
+		if _, ok := client.(*redis.ClusterClient); ok {
+			fail("WithBatching", "batching needs a single-node or Sentinel client, not a Cluster client (a batch could span hash slots)")
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback}
+	if c.leasesSet {
+		id := make([]byte, 8)
+		_, _ = rand.Read(id) // never fails (crypto/rand)
+		s.leases = &leaser{share: c.leases, id: hex.EncodeToString(id), held: map[string]*lease{}, stop: make(chan struct{})}
+	}
+	if c.batchSet {
+		s.batch = &batcher{max: c.batch}
 	}
 	return s, nil
+}
+
+// NotifyEvictions implements llmrate.EvictionNotifier: the local fallback's
+// lossy evictions (WithFallbackLocal) reach o. Redis itself evicts nothing
+// before it is full. Without a fallback, stop does nothing.
+func (s *Store) NotifyEvictions(o llmrate.Observer) (stop func()) {
+	if s.fallback == nil {
+		return func() {}
+	}
+	return s.fallback.NotifyEvictions(o)
 }
 
 // Errors returns how many Redis calls failed.

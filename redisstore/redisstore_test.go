@@ -31,10 +31,13 @@ func client(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
+// testSecret is the tests' secret for key names (WithHashKey is required).
+var testSecret = []byte("redisstore-test-secret-0123456789")
+
 func newStore(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
 	p := "t" + strconv.FormatInt(prefixes.Add(1), 10)
-	s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(p), redisstore.WithTimeout(time.Second)}, opts...)...)
+	s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(p), redisstore.WithTimeout(time.Second), redisstore.WithHashKey(testSecret)}, opts...)...)
 	require.NoError(t, err)
 	return s
 }
@@ -137,11 +140,11 @@ func TestBatchingWithdrawals(t *testing.T) {
 func TestBatchingOptionValidated(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cc.Close()
-	_, err := redisstore.New(cc, redisstore.WithBatching(8))
+	_, err := redisstore.New(cc, redisstore.WithHashKey(testSecret), redisstore.WithBatching(8))
 	assert.ErrorContains(t, err, "Cluster")
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	_, err = redisstore.New(c, redisstore.WithBatching(1))
+	_, err = redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithBatching(1))
 	assert.Error(t, err)
 }
 
@@ -237,7 +240,7 @@ func TestOneRoundTripPerAdmission(t *testing.T) {
 func TestKeyNamesAndTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
-	s := newStore(t, c, redisstore.WithHashKey([]byte("shared-secret")))
+	s := newStore(t, c, redisstore.WithHashKey([]byte("another-shared-secret")))
 	const rawKey, ws = "sk-live-SECRET-abcdef123456", "acme-corp"
 	free := llmrate.DefaultTiers().Free
 	d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: rawKey, Workspace: ws, KeyLimits: free, WorkspaceLimits: free, Tokens: 1000, Now: time.Now()})
@@ -276,7 +279,7 @@ func TestKeyNamesAndTTL(t *testing.T) {
 func TestModelKeyNames(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
-	s := newStore(t, c, redisstore.WithHashKey([]byte("shared-secret")))
+	s := newStore(t, c, redisstore.WithHashKey([]byte("another-shared-secret")))
 	const rawKey, ws, model = "sk-live-SECRET-abcdef123456", "acme-corp", "gpt-4o*"
 	free := llmrate.DefaultTiers().Free
 	ctx := context.Background()
@@ -402,16 +405,83 @@ func mustKey(s *redisstore.Store, key string) string {
 	return w
 }
 
+// TestOptionsValidated: every invalid option is reported, each as a
+// *llmrate.ConfigError naming it, all of them at once.
 func TestOptionsValidated(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	for _, o := range []redisstore.Option{redisstore.WithPrefix(""), redisstore.WithPrefix("a{b}"), redisstore.WithTimeout(0), redisstore.WithClock(nil), redisstore.WithHashKey(nil), nil} {
-		_, err := redisstore.New(c, o)
-		assert.Error(t, err)
+	key := redisstore.WithHashKey(testSecret)
+	for _, tc := range []struct {
+		opt  redisstore.Option
+		name string
+	}{
+		{redisstore.WithPrefix(""), "redisstore.WithPrefix"},
+		{redisstore.WithPrefix("a{b}"), "redisstore.WithPrefix"},
+		{redisstore.WithTimeout(0), "redisstore.WithTimeout"},
+		{redisstore.WithRetryInterval(-time.Second), "redisstore.WithRetryInterval"},
+		{redisstore.WithClock(nil), "redisstore.WithClock"},
+		{redisstore.WithHashKey(nil), "redisstore.WithHashKey"},
+		{redisstore.WithHashKey([]byte("fifteen-bytes!!")), "redisstore.WithHashKey"},
+		{redisstore.WithBatching(1), "redisstore.WithBatching"},
+		{redisstore.WithLeases(0.5), "redisstore.WithLeases"},
+		{redisstore.WithFallbackLocal(llmrate.WithMaxKeys(0)), "redisstore.WithFallbackLocal"},
+		{nil, "redisstore.Option"},
+	} {
+		_, err := redisstore.New(c, key, tc.opt)
+		var ce *llmrate.ConfigError
+		if assert.ErrorAs(t, err, &ce, tc.name) {
+			assert.Equal(t, tc.name, ce.Option)
+		}
 	}
-	_, err := redisstore.New(nil)
+	_, err := redisstore.New(c, key, redisstore.WithPrefix(""), redisstore.WithTimeout(0))
+	assert.ErrorContains(t, err, "WithPrefix")
+	assert.ErrorContains(t, err, "WithTimeout", "both invalid options are reported")
+	_, err = redisstore.New(nil, key)
 	assert.Error(t, err)
 }
+
+// TestHashKeyRequired: the names in Redis are keyed by a secret the
+// operator sets; there is no default (a public default would let anyone who
+// can read Redis test guessed API keys against the names).
+func TestHashKeyRequired(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	_, err := redisstore.New(c)
+	var ce *llmrate.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "redisstore.WithHashKey", ce.Option)
+	assert.ErrorContains(t, err, "required")
+	_, err = redisstore.New(c, redisstore.WithHashKey([]byte("0123456789abcdef")))
+	assert.NoError(t, err, "16 bytes are enough")
+}
+
+// TestFallbackEvictionsReachObserver: evictions in the local fallback
+// store reach the limiter's observer.
+func TestFallbackEvictionsReachObserver(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 20 * time.Millisecond})
+	defer c.Close()
+	s, err := redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithTimeout(20*time.Millisecond),
+		redisstore.WithRetryInterval(time.Hour), redisstore.WithFallbackLocal(llmrate.WithMaxKeys(128)))
+	require.NoError(t, err)
+	obs := &evictionCounter{}
+	l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(obs), llmrate.WithStoreTimeout(time.Second))
+	require.NoError(t, err)
+	h := l.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for i := range 400 {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Header.Set("Authorization", "Bearer sk-"+strconv.Itoa(i))
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	assert.Zero(t, l.FailOpens(), "the fallback answered every request")
+	assert.Greater(t, obs.n.Load(), int64(100), "a 128-entry fallback evicts most of 400 keys' entries")
+}
+
+type evictionCounter struct{ n atomic.Int64 }
+
+func (*evictionCounter) Decided(llmrate.DecisionEvent)     {}
+func (*evictionCounter) Reconciled(llmrate.ReconcileEvent) {}
+func (*evictionCounter) FailedOpen(llmrate.FailOpenEvent)  {}
+func (o *evictionCounter) Evicted()                        { o.n.Add(1) }
 
 // TestMatchesMemoryStore: random sequences of admissions and reconciles,
 // with random figures (changing mid-sequence), estimates, usage (absurd

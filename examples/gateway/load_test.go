@@ -116,7 +116,7 @@ func TestLoadRedisRestart(t *testing.T) {
 	// burst across the three.
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
-	probeStore, err := redisstore.New(c)
+	probeStore, err := redisstore.New(c, redisstore.WithHashKey(testHashKey))
 	require.NoError(t, err)
 	for i, u := range urls {
 		key := "sk-probe-" + strconv.Itoa(i)

@@ -6,9 +6,10 @@
 // provider (JSON and SSE responses with usage). With no config, any bearer
 // key is its own workspace on the Free tier, so the 201st quick request of
 // one key gets the 429. -upstream URL proxies to a real provider instead,
-// -redis URL shares one limit across gateway processes, -config FILE maps
-// keys to workspaces and workspaces to tiers, and sets per-model limits,
-// per-workspace overrides and shadow mode.
+// -redis URL shares one limit across gateway processes (each with the same
+// secret in $LLMRATE_HASH_KEY), -config FILE maps keys to workspaces and
+// workspaces to tiers, and sets per-model limits, per-workspace overrides
+// and shadow mode.
 package main
 
 import (
@@ -106,6 +107,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 	storeTimeout := fs.Duration("store-timeout", llmrate.DefaultStoreTimeout, "bound on each store call; past it the request fails open")
 	redisTimeout := fs.Duration("redis-timeout", 30*time.Millisecond, "bound on each Redis call (keep it below -store-timeout)")
 	leases := fs.Float64("leases", 0, "with -redis: take leases of this share (0 < share <= 0.25) of a busy key's capacity and admit against them locally (0: off)")
+	hashKeyEnv := fs.String("redis-hash-key-env", "LLMRATE_HASH_KEY", "environment variable holding the secret (at least 16 bytes, the same on every gateway) that keys the names in Redis; unset: a random one for this process alone, logged")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -154,7 +156,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 	}
 	opts = append(opts, policies...)
 	opts = append(opts, llmrate.WithStoreTimeout(*storeTimeout))
-	storeOpts, closeStore, err := storeOptions(ctx, *redisURL, *redisTimeout, *leases, log)
+	storeOpts, closeStore, err := storeOptions(ctx, *redisURL, *redisTimeout, *leases, *hashKeyEnv, log)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // startGateway runs the gateway on a free port until the test ends and
@@ -203,4 +205,31 @@ func TestGatewayPolicies(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte(`{"models": {"gpt-4o": {"free": {"requestsPerMin": 1, "tokensPerMin": 1}}}}`), 0o600))
 	err = run(context.Background(), []string{"-config", bad, "-listen", "127.0.0.1:0"}, io.Discard, nil)
 	assert.ErrorContains(t, err, `no figures for the developer tier`)
+}
+
+// TestHashKeyFromEnvironment: the Redis hash key comes from the
+// environment; too short is an error; unset, a random key for this process
+// alone, and the log says so.
+func TestHashKeyFromEnvironment(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	log := zap.New(core)
+	t.Setenv("TEST_GW_HASH_KEY", "0123456789abcdef")
+	k, err := hashKeyFrom("TEST_GW_HASH_KEY", log)
+	require.NoError(t, err)
+	assert.Equal(t, []byte("0123456789abcdef"), k)
+	assert.Zero(t, logs.Len())
+
+	t.Setenv("TEST_GW_HASH_KEY", "short")
+	_, err = hashKeyFrom("TEST_GW_HASH_KEY", log)
+	assert.ErrorContains(t, err, "at least 16")
+
+	t.Setenv("TEST_GW_HASH_KEY", "")
+	k1, err := hashKeyFrom("TEST_GW_HASH_KEY", log)
+	require.NoError(t, err)
+	k2, err := hashKeyFrom("TEST_GW_HASH_KEY", log)
+	require.NoError(t, err)
+	assert.Len(t, k1, 32)
+	assert.NotEqual(t, k1, k2, "random")
+	require.Equal(t, 2, logs.Len())
+	assert.Contains(t, logs.All()[0].Message, "random one for this process only")
 }

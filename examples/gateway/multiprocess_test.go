@@ -50,6 +50,9 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
+// testHashKey is the secret every test gateway keys its Redis names with.
+var testHashKey = []byte("gateway-test-secret-0123456789")
+
 // startProcesses starts n gateway processes with extra flags and returns
 // their base URLs.
 func startProcesses(t *testing.T, n int, extra ...string) []string {
@@ -62,6 +65,7 @@ func startProcesses(t *testing.T, n int, extra ...string) []string {
 		var stderr strings.Builder
 		cmd := exec.Command(bin, append([]string{"-listen", "127.0.0.1:" + strconv.Itoa(port), "-quiet", "-log-level", "error"}, extra...)...)
 		cmd.Stderr = &lockedWriter{w: &stderr}
+		cmd.Env = append(os.Environ(), "LLMRATE_HASH_KEY="+string(testHashKey)) // shared by every process
 		require.NoError(t, cmd.Start())
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()

@@ -23,7 +23,7 @@ func TestTwoGatewaysOneLimit(t *testing.T) {
 	for range 2 {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 		t.Cleanup(func() { _ = c.Close() })
-		lim, err := newLimiter(c, redisstore.WithClock(clock), redisstore.WithTimeout(time.Second))
+		lim, err := newLimiter(c, []byte("two-gateways-one-secret"), redisstore.WithClock(clock), redisstore.WithTimeout(time.Second))
 		require.NoError(t, err)
 		handlers = append(handlers, lim.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	}

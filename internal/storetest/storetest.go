@@ -93,12 +93,25 @@ type reply struct {
 	hadHeaders     bool
 }
 
+// send sends one request and fails the test if the limiter failed open. Call
+// it on the test's goroutine only; other goroutines use try.
 func (e *env) send(key string, contentLength int64, usage int64) reply {
 	return e.sendModel(key, "", contentLength, usage)
 }
 
-// sendModel sends a request naming model (none when "").
+// sendModel sends a request naming model (none when "") and fails the test
+// if the limiter failed open. Call it on the test's goroutine only; other
+// goroutines use try.
 func (e *env) sendModel(key, model string, contentLength int64, usage int64) reply {
+	rp, err := e.try(key, model, contentLength, usage)
+	require.NoError(e.t, err)
+	return rp
+}
+
+// try sends one request naming model (none when ""). It never touches the
+// test (it may run on any goroutine) and returns an error when the limiter
+// failed open.
+func (e *env) try(key, model string, contentLength int64, usage int64) (reply, error) {
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(""))
 	r.ContentLength = contentLength
 	r.Header.Set("Authorization", "Bearer "+key)
@@ -121,8 +134,10 @@ func (e *env) sendModel(key, model string, contentLength int64, usage int64) rep
 		rp.remReq, _ = strconv.ParseInt(rq[0], 10, 64)
 		rp.remTok, _ = strconv.ParseInt(rt[0], 10, 64)
 	}
-	require.True(e.t, rp.hadHeaders || w.Code != http.StatusOK && w.Code != http.StatusTooManyRequests, "no rate-limit headers: the limiter failed open?")
-	return rp
+	if !rp.hadHeaders && (w.Code == http.StatusOK || w.Code == http.StatusTooManyRequests) {
+		return rp, fmt.Errorf("%s: %d without rate-limit headers: the limiter failed open?", key, w.Code)
+	}
+	return rp, nil
 }
 
 func (e *env) burst(key string, limit int) int {
@@ -290,15 +305,28 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Concurrent250", func(t *testing.T) {
 		e := newEnv(t, f)
 		var n atomic.Int64
+		var mu sync.Mutex
+		var errs []error // reported on the test's goroutine, never from the senders
 		var wg sync.WaitGroup
 		for range 250 {
 			wg.Go(func() {
-				if e.send("sk-cc", 0, -1).code == http.StatusOK {
+				r, err := e.try("sk-cc", "", 0, -1)
+				if err == nil && r.code != http.StatusOK && r.code != http.StatusTooManyRequests {
+					err = fmt.Errorf("status %d", r.code)
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				if r.code == http.StatusOK {
 					n.Add(1)
 				}
 			})
 		}
 		wg.Wait()
+		require.Empty(t, errs)
 		assert.Equal(t, int64(200), n.Load())
 	})
 }
