@@ -318,18 +318,24 @@ func TestServerTime(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
 	s := newStore(t, c)
-	free := llmrate.DefaultTiers().Free
-	skewed := time.Now()
-	for i := range 200 {
-		d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-st", Workspace: "sk-st", KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Now: skewed})
+	// One request a minute: a burst of 2, and whatever time the test takes
+	// on a loaded machine refills nothing that a second could.
+	lim := llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 1000}
+	start := time.Now()
+	skewed := start
+	for i := range 2 {
+		d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-st", Workspace: "sk-st", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Now: skewed})
 		require.NoError(t, err)
 		require.True(t, d.Allowed, "request %d", i)
 		skewed = skewed.Add(time.Hour) // a host clock racing ahead mints nothing
 	}
-	d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-st", Workspace: "sk-st", KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Now: skewed})
+	d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-st", Workspace: "sk-st", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Now: skewed})
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)
-	assert.Equal(t, time.Second, d.RetryAfter)
+	// A minute for one request, less what elapsed on the server, in whole
+	// seconds rounded up (the host clock, hours ahead, would have said 0).
+	assert.LessOrEqual(t, d.RetryAfter, time.Minute)
+	assert.GreaterOrEqual(t, d.RetryAfter, time.Minute-time.Since(start)-time.Second)
 }
 
 // TestRedisDownAndBack stops and restarts the real redis-server mid-run.
@@ -339,7 +345,10 @@ func TestRedisDownAndBack(t *testing.T) {
 		t.Run(fmt.Sprintf("fallback=%v,batching=%v,leases=%v", mode.fallback, mode.batch, mode.leases), func(t *testing.T) {
 			srv := redistest.Start(t)
 			c := client(t, srv.Addr)
-			opts := []redisstore.Option{redisstore.WithTimeout(30 * time.Millisecond), redisstore.WithRetryInterval(200 * time.Millisecond)}
+			// Timeouts generous enough that a loaded machine (CI under -race)
+			// never fails a call of a live server: what is tested is what
+			// happens when the server is gone, which fails at once.
+			opts := []redisstore.Option{redisstore.WithTimeout(500 * time.Millisecond), redisstore.WithRetryInterval(200 * time.Millisecond)}
 			if fallback {
 				opts = append(opts, redisstore.WithFallbackLocal())
 			}
@@ -350,7 +359,7 @@ func TestRedisDownAndBack(t *testing.T) {
 				opts = append(opts, redisstore.WithLeases(0.1))
 			}
 			s := newStore(t, c, opts...)
-			l, err := llmrate.New(llmrate.WithStore(s))
+			l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithStoreTimeout(time.Second))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = l.Close(context.Background()) })
 			h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
@@ -362,7 +371,17 @@ func TestRedisDownAndBack(t *testing.T) {
 				h.ServeHTTP(w, r)
 				return w.Code, time.Since(start)
 			}
+			// burst also checks admitted against the bucket: its 200 plus
+			// what refilled while the burst ran (Redis TIME, or the local
+			// clock when falling back: one request per 0.6 s).
 			burst := func(key string, n int) (admitted int, slowest time.Duration) {
+				start := time.Now()
+				defer func() {
+					if admitted < n { // a bucket was in force
+						assert.GreaterOrEqual(t, admitted, 200, "burst of %q", key)
+						assert.LessOrEqual(t, admitted, 200+int(time.Since(start)/(600*time.Millisecond)), "burst of %q took %v", key, time.Since(start))
+					}
+				}()
 				for range n {
 					code, took := send(key)
 					slowest = max(slowest, took)
@@ -373,17 +392,17 @@ func TestRedisDownAndBack(t *testing.T) {
 				return admitted, slowest
 			}
 			a, _ := burst("sk-a", 250)
-			require.Equal(t, 200, a, "shared enforcement while up")
+			require.Less(t, a, 250, "shared enforcement while up")
 
 			srv.Stop()
 			a, slowest := burst("sk-b", 250)
 			if fallback {
-				assert.Equal(t, 200, a, "per-process buckets while Redis is down")
+				assert.Less(t, a, 250, "per-process buckets while Redis is down")
 			} else {
 				assert.Equal(t, 250, a, "fail open while Redis is down")
 				assert.Positive(t, l.FailOpens())
 			}
-			assert.Less(t, slowest, 500*time.Millisecond, "no request waits much past the store timeout")
+			assert.Less(t, slowest, 500*time.Millisecond, "a server that is gone fails each call at once")
 			assert.Positive(t, s.Errors())
 
 			srv.Restart(t)
@@ -392,7 +411,7 @@ func TestRedisDownAndBack(t *testing.T) {
 				return code == http.StatusOK && s.Errors() > 0 && c.Exists(context.Background(), mustKey(s, "sk-probe")).Val() == 1
 			}, 10*time.Second, 50*time.Millisecond, "shared enforcement resumes")
 			a, _ = burst("sk-c", 250)
-			assert.Equal(t, 200, a)
+			assert.Less(t, a, 250, "shared enforcement again")
 			assert.Equal(t, int64(1), c.Exists(context.Background(), mustKey(s, "sk-c")).Val(), "counted in Redis again")
 		})
 	}

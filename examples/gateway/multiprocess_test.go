@@ -63,7 +63,9 @@ func startProcesses(t *testing.T, n int, extra ...string) []string {
 	for range n {
 		port := redistest.FreePort(t)
 		var stderr strings.Builder
-		cmd := exec.Command(bin, append([]string{"-listen", "127.0.0.1:" + strconv.Itoa(port), "-quiet", "-log-level", "error"}, extra...)...)
+		// Store timeouts generous enough that a loaded machine (CI under
+		// -race) never fails open: these tests measure sharing, not faults.
+		cmd := exec.Command(bin, append([]string{"-listen", "127.0.0.1:" + strconv.Itoa(port), "-quiet", "-log-level", "error", "-store-timeout", "2s", "-redis-timeout", "1s"}, extra...)...)
 		cmd.Stderr = &lockedWriter{w: &stderr}
 		cmd.Env = append(os.Environ(), "LLMRATE_HASH_KEY="+string(testHashKey)) // shared by every process
 		require.NoError(t, cmd.Start())

@@ -16,16 +16,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func newLimiter(client redis.UniversalClient, hashKey []byte, opts ...redisstore.Option) (*llmrate.Limiter, error) {
+// newLimiter builds the limiter; storeOpts and opts come after (and so
+// override) the defaults.
+func newLimiter(client redis.UniversalClient, hashKey []byte, storeOpts []redisstore.Option, opts ...llmrate.Option) (*llmrate.Limiter, error) {
 	store, err := redisstore.New(client, append([]redisstore.Option{
 		redisstore.WithHashKey(hashKey),               // the same secret on every gateway
 		redisstore.WithTimeout(30 * time.Millisecond), // below the limiter's 50 ms
 		redisstore.WithFallbackLocal(),                // per-process limits while Redis is down
-	}, opts...)...)
+	}, storeOpts...)...)
 	if err != nil {
 		return nil, err
 	}
-	return llmrate.New(llmrate.WithStore(store))
+	return llmrate.New(append([]llmrate.Option{llmrate.WithStore(store)}, opts...)...)
 }
 
 func main() {
@@ -38,7 +40,7 @@ func main() {
 	}
 	client := redis.NewClient(&redis.Options{Addr: *addr, MaxRetries: -1})
 	defer client.Close()
-	lim, err := newLimiter(client, []byte(hashKey))
+	lim, err := newLimiter(client, []byte(hashKey), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

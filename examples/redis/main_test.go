@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/llmrate/llmrate"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -23,7 +24,9 @@ func TestTwoGatewaysOneLimit(t *testing.T) {
 	for range 2 {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 		t.Cleanup(func() { _ = c.Close() })
-		lim, err := newLimiter(c, []byte("two-gateways-one-secret"), redisstore.WithClock(clock), redisstore.WithTimeout(time.Second))
+		// Timeouts generous enough that a loaded machine never fails open.
+		lim, err := newLimiter(c, []byte("two-gateways-one-secret"),
+			[]redisstore.Option{redisstore.WithClock(clock), redisstore.WithTimeout(time.Second)}, llmrate.WithStoreTimeout(2*time.Second))
 		require.NoError(t, err)
 		handlers = append(handlers, lim.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	}
