@@ -229,6 +229,10 @@ func (l *Limiter) Flush(ctx context.Context) error {
 // store's Close error. Requests served after Close still work: their
 // reconciles are applied on the request's goroutine. Only the first call
 // does anything; later calls return nil.
+//
+// Closing the store ends it for every limiter that shares it (a Redis
+// store's leases are returned and no longer taken): close a shared store's
+// limiters together, at shutdown.
 func (l *Limiter) Close(ctx context.Context) error {
 	var errs []error
 	first := false

@@ -8,8 +8,10 @@ cd "$(dirname "$0")/.."
 COUNT=${COUNT:-3}
 BENCHTIME=${BENCHTIME:-300ms}
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(go version) $(nproc) cores"
-echo "# llmrate core: admission, middleware, usage scanning (root module)"
-GOWORK= go test -run '^$' -bench 'Admit|Middleware|Bare|Scan|Observer' -benchtime "$BENCHTIME" -count "$COUNT" .
+echo "# llmrate core: admission, middleware, model from body (root module)"
+GOWORK= go test -run '^$' -bench 'Admit|Middleware|Bare|Observer|ModelFromBody' -benchtime "$BENCHTIME" -count "$COUNT" .
+echo "# usage scanning and decoding (package usage)"
+GOWORK= go test -run '^$' -bench '^Benchmark(Scan(SSE|SSEFullParse|SSEEncodingJSON|JSON|JSONEncodingJSON|JSONLarge|JSONLargeEncodingJSON|Encoded)|DecoderAlone)$' -benchtime "$BENCHTIME" -count "$COUNT" ./usage
 echo "# side by side with the peers (bench module)"
 (cd bench && go test -run '^$' -bench '^Benchmark(Decision|Middleware)$' -benchtime "$BENCHTIME" -count "$COUNT" .)
 (cd bench && go test -run '^$' -bench 'MemoryPerKey' -benchtime 1x -count 1 .)
