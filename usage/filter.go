@@ -22,11 +22,21 @@ type Filter struct {
 	passing bool // an oversized event is being passed through to its end
 }
 
-// Reset readies f to feed s and forward to out, keeping its buffer.
+// Reset readies f to feed s and forward to out, keeping its buffer unless
+// it grew past twice the hold bound (a huge incomplete write was once held:
+// a pooled Filter must not keep that allocated).
 func (f *Filter) Reset(s *Scanner, out func([]byte) (int, error)) {
 	f.s, f.out = s, out
-	f.held = f.held[:0]
+	f.release()
 	f.passing = false
+}
+
+// release empties the held buffer, dropping it if it grew large.
+func (f *Filter) release() {
+	if cap(f.held) > 2*maxHeldEvent {
+		f.held = nil
+	}
+	f.held = f.held[:0]
 }
 
 // Write scans b and forwards what can be forwarded; the error is out's.
@@ -73,7 +83,7 @@ func (f *Filter) Write(b []byte) (int, error) {
 	if len(f.held) > maxHeldEvent {
 		f.passing = true
 		err := f.pass(f.held)
-		f.held = f.held[:0]
+		f.release()
 		if err != nil {
 			return 0, err
 		}
@@ -103,7 +113,7 @@ func (f *Filter) Flush() error {
 	if len(f.held) > 0 {
 		err = f.pass(f.held)
 	}
-	f.held = f.held[:0]
+	f.release()
 	f.passing = false
 	return err
 }

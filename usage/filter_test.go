@@ -84,3 +84,29 @@ func TestUsageFilterOutputError(t *testing.T) {
 	assert.ErrorIs(t, err, io.ErrClosedPipe)
 	assert.Equal(t, int64(2), s.Finish().GeneratedBytes)
 }
+
+// TestUsageFilterOversizedEventContinues: an event over the 64 KiB hold
+// bound is passed through as it comes; when a write ends inside one of its
+// lines and the next write starts with that line's break, the data line
+// after it still belongs to the same event, however much it looks like a
+// usage-only chunk on its own: nothing of it may be dropped. Every split
+// of the tail is tried, CRLF and LF, including the ones that cut a CRLF.
+func TestUsageFilterOversizedEventContinues(t *testing.T) {
+	usageOnly := `{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`
+	for _, nl := range []string{"\n", "\r\n"} {
+		big := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("a", 70<<10) + "\"}}]}"
+		stream := big + nl + "data: " + usageOnly + nl + nl + "data: [DONE]" + nl + nl
+		for cut := len(big) - 2; cut <= len(big)+len(nl)+8; cut++ {
+			var out bytes.Buffer
+			var f usage.Filter
+			f.Reset(usage.NewScanner("text/event-stream", ""), out.Write)
+			for _, w := range []string{stream[:cut], stream[cut:]} {
+				_, err := f.Write([]byte(w))
+				require.NoError(t, err)
+			}
+			require.NoError(t, f.Flush())
+			require.Equal(t, len(stream), out.Len(), "line break %q, write cut at %d: the client must get every byte of the one event", nl, cut)
+			require.Equal(t, stream, out.String())
+		}
+	}
+}
