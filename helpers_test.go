@@ -13,15 +13,15 @@ import (
 	"testing"
 
 	"github.com/llmrate/llmrate"
-	"github.com/llmrate/llmrate/internal/storetest"
 	"github.com/llmrate/llmrate/internal/usageref"
+	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/stretchr/testify/require"
 )
 
 // fakeClock is the conformance suite's settable clock.
-type fakeClock = storetest.Clock
+type fakeClock = llmratetest.Clock
 
-func newFakeClock() *fakeClock { return storetest.NewClock() }
+func newFakeClock() *fakeClock { return llmratetest.NewClock() }
 
 // usageHandler is a mock provider: an OpenAI chat completion reporting the
 // given usage (or none when prompt < 0).

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
-	"github.com/llmrate/llmrate/internal/storetest"
+	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestMemoryStoreConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(*testing.T, func() time.Time) llmrate.Store { return llmrate.NewMemoryStore() })
+	llmratetest.TestStore(t, func(*testing.T, func() time.Time) llmrate.Store { return llmrate.NewMemoryStore() })
 }
 
 // TestLevelsOfAnUnseenKeyInAUsedWorkspace: a key never admitted has full

@@ -13,7 +13,7 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
-	"github.com/llmrate/llmrate/internal/storetest"
+	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -37,7 +37,7 @@ func TestConformanceLeases(t *testing.T) {
 	c := client(t, srv.Addr)
 	for _, share := range []float64{0.05, 0.25} {
 		t.Run(strconv.FormatFloat(share, 'f', -1, 64), func(t *testing.T) {
-			storetest.Run(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
+			llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
 				return leaseStore(t, c, share, redisstore.WithClock(clock))
 			})
 		})
@@ -120,7 +120,7 @@ func TestLeasesNeverMoreThanExact(t *testing.T) {
 	admittedTotal, refusedTotal := 0, 0
 	for seed := uint64(1); seed <= 60; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 13))
-		clk := storetest.NewClock() // read by the stores' returners too
+		clk := llmratetest.NewClock() // read by the stores' returners too
 		share := []float64{0.01, 0.1, 0.25}[rng.IntN(3)]
 		stores := sharedStores(t, c, 3, share, clk.Now)
 		ref := llmrate.NewMemoryStore()
@@ -244,7 +244,7 @@ func TestLeasesRoundTrips(t *testing.T) {
 func TestLeaseReturnedWhenIdle(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
-	clk := storetest.NewClock()
+	clk := llmratetest.NewClock()
 	stores := sharedStores(t, c, 2, 0.25, clk.Now)
 	a, b := stores[0], stores[1]
 	lim := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1_000_000} // capacity 20 requests: a lease of 5

@@ -15,7 +15,7 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
-	"github.com/llmrate/llmrate/internal/storetest"
+	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -45,7 +45,7 @@ func newStore(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option) 
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
-	storetest.Run(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
+	llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
 		return newStore(t, c, redisstore.WithClock(clock))
 	})
 }
@@ -53,7 +53,7 @@ func TestConformance(t *testing.T) {
 func TestConformanceBatched(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
-	storetest.Run(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
+	llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
 		return newStore(t, c, redisstore.WithClock(clock), redisstore.WithBatching(16))
 	})
 }
@@ -153,7 +153,7 @@ func TestConformanceCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = c.Close() })
 	require.NoError(t, c.ForEachShard(context.Background(), func(ctx context.Context, s *redis.Client) error { return s.Ping(ctx).Err() }))
-	storetest.Run(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
+	llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
 		return newStore(t, c, redisstore.WithClock(clock))
 	})
 	// Keys were spread over the nodes, each request's two in one slot.

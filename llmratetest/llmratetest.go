@@ -1,7 +1,4 @@
-// Package storetest is the conformance suite every llmrate.Store must pass:
-// the same requests, on the same fake clock, through the real middleware,
-// with the same outcomes.
-package storetest
+package llmratetest
 
 import (
 	"context"
@@ -18,21 +15,20 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
-// Factory returns a fresh, empty store that reads time from clock (stores
-// with a clock of their own must be configured to use it).
-type Factory func(t *testing.T, clock func() time.Time) llmrate.Store
+// factory returns a fresh, empty store that reads time from clock.
+type factory = func(t *testing.T, clock func() time.Time) llmrate.Store
 
-// Clock is a settable fake clock on whole microseconds.
+// Clock is a settable fake clock, safe for concurrent use. TestStore gives
+// each store it makes a fresh Clock's Now; tests of a store's own behaviour
+// may use one the same way.
 type Clock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-// NewClock returns a clock at a fixed instant.
+// NewClock returns a clock at a fixed instant (2026-11-29 12:00:00 UTC).
 func NewClock() *Clock { return &Clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
 
 // Now returns the current fake time.
@@ -74,15 +70,21 @@ type env struct {
 	h     http.Handler
 }
 
-func newEnv(t *testing.T, f Factory, opts ...llmrate.Option) *env {
+func newEnv(t *testing.T, f factory, opts ...llmrate.Option) *env {
 	t.Helper()
 	c := NewClock()
 	l, err := llmrate.New(append([]llmrate.Option{
 		llmrate.WithStore(f(t, c.Now)), llmrate.WithClock(c.Now),
 		llmrate.WithRateLimitHeaders(llmrate.HeadersOpenAI), llmrate.WithStoreTimeout(2 * time.Second),
 	}, opts...)...)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
+	if err != nil {
+		t.Fatalf("llmrate.New with the store under test: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(context.Background()); err != nil {
+			t.Errorf("Limiter.Close (which closes the store): %v", err)
+		}
+	})
 	return &env{t: t, clock: c, l: l, h: l.Middleware(provider)}
 }
 
@@ -103,8 +105,11 @@ func (e *env) send(key string, contentLength int64, usage int64) reply {
 // if the limiter failed open. Call it on the test's goroutine only; other
 // goroutines use try.
 func (e *env) sendModel(key, model string, contentLength int64, usage int64) reply {
+	e.t.Helper()
 	rp, err := e.try(key, model, contentLength, usage)
-	require.NoError(e.t, err)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	return rp
 }
 
@@ -125,7 +130,9 @@ func (e *env) try(key, model string, contentLength int64, usage int64) (reply, e
 	e.h.ServeHTTP(w, r)
 	// Reconciles to a non-memory store are applied after the response:
 	// wait for them, so that the next request sees this one's charge.
-	require.NoError(e.t, e.l.Flush(context.Background()))
+	if err := e.l.Flush(context.Background()); err != nil {
+		return reply{}, fmt.Errorf("%s: Limiter.Flush (which flushes the store): %w", key, err)
+	}
 	rp := reply{code: w.Code, retryAfter: w.Header().Get("Retry-After")}
 	rq, okq := w.Header()[llmrate.HeaderRemainingRequests]
 	rt, okt := w.Header()[llmrate.HeaderRemainingTokens]
@@ -145,38 +152,44 @@ func (e *env) burst(key string, limit int) int {
 }
 
 func (e *env) burstModel(key, model string, limit int) int {
+	e.t.Helper()
 	for i := range limit {
 		if r := e.sendModel(key, model, 0, -1); r.code != http.StatusOK {
-			require.Equal(e.t, http.StatusTooManyRequests, r.code)
+			mustEqual(e.t, http.StatusTooManyRequests, r.code, "%s: status of a request in a burst", key)
 			return i
 		}
 	}
 	return limit
 }
 
-// Run runs the suite against stores made by f.
-func Run(t *testing.T, f Factory) {
+// TestStore runs the conformance suite against stores made by newStore, each
+// as a subtest of t. newStore must return a fresh, empty store that reads
+// time only from clock; TestStore closes it (through Limiter.Close) when the
+// subtest ends. See the package documentation for what is checked.
+func TestStore(t *testing.T, newStore func(t *testing.T, clock func() time.Time) llmrate.Store) {
+	t.Helper()
+	f := newStore
 	t.Run("WorkedExample", func(t *testing.T) {
 		e := newEnv(t, f)
-		assert.Equal(t, 200, e.burst("sk-w", 1000))
+		equal(t, 200, e.burst("sk-w", 1000), "admitted in a burst")
 		r := e.send("sk-w", 0, -1)
-		assert.Equal(t, http.StatusTooManyRequests, r.code)
-		assert.Equal(t, "1", r.retryAfter)
+		equal(t, http.StatusTooManyRequests, r.code, "status")
+		equal(t, "1", r.retryAfter, "Retry-After")
 		e.clock.Advance(1200 * time.Millisecond)
-		assert.Equal(t, 2, e.burst("sk-w", 10))
+		equal(t, 2, e.burst("sk-w", 10), "admitted in a burst")
 	})
 	t.Run("RollbackOnRefusal", func(t *testing.T) {
 		e := newEnv(t, f)
 		r := e.send("sk-r", 1_200_000, -1) // 300,000 tokens
-		require.Equal(t, http.StatusOK, r.code)
-		assert.Equal(t, int64(199), r.remReq)
-		assert.Equal(t, int64(100_000), r.remTok)
+		mustEqual(t, http.StatusOK, r.code, "status")
+		equal(t, int64(199), r.remReq, "remaining requests")
+		equal(t, int64(100_000), r.remTok, "remaining tokens")
 		r = e.send("sk-r", 600_000, -1) // 150,000 tokens: refused
-		require.Equal(t, http.StatusTooManyRequests, r.code)
-		assert.Equal(t, int64(199), r.remReq, "the refusal's request debit was rolled back")
-		assert.Equal(t, int64(100_000), r.remTok)
-		assert.Equal(t, "15", r.retryAfter, "50,000 tokens at 200,000/min")
-		assert.Equal(t, 199, e.burst("sk-r", 1000), "the whole remaining request allowance is there")
+		mustEqual(t, http.StatusTooManyRequests, r.code, "status")
+		equal(t, int64(199), r.remReq, "the refusal's request debit was rolled back")
+		equal(t, int64(100_000), r.remTok, "remaining tokens")
+		equal(t, "15", r.retryAfter, "50,000 tokens at 200,000/min")
+		equal(t, 199, e.burst("sk-r", 1000), "the whole remaining request allowance is there")
 	})
 	t.Run("SeparateWorkspaceRollback", func(t *testing.T) {
 		// Not Solo: the key's and the workspace's buckets are kept apart.
@@ -184,74 +197,74 @@ func Run(t *testing.T, f Factory) {
 			k, err := llmrate.BearerToken()(r)
 			return "ws-" + k, err
 		}))
-		require.Equal(t, http.StatusOK, e.send("sk-s", 1_200_000, 50_000).code)
+		mustEqual(t, http.StatusOK, e.send("sk-s", 1_200_000, 50_000).code)
 		r := e.send("sk-s", 1_600_000, -1) // 400,000 tokens: refused
-		require.Equal(t, http.StatusTooManyRequests, r.code)
-		assert.Equal(t, int64(199), r.remReq, "rolled back")
-		assert.Equal(t, int64(350_000), r.remTok, "reconciled in both scopes")
-		assert.Equal(t, "15", r.retryAfter)
-		assert.Equal(t, 199, e.burst("sk-s", 1000))
+		mustEqual(t, http.StatusTooManyRequests, r.code, "status")
+		equal(t, int64(199), r.remReq, "rolled back")
+		equal(t, int64(350_000), r.remTok, "reconciled in both scopes")
+		equal(t, "15", r.retryAfter, "Retry-After")
+		equal(t, 199, e.burst("sk-s", 1000), "admitted in a burst")
 	})
 	t.Run("ReconcileCreditAndDebit", func(t *testing.T) {
 		e := newEnv(t, f)
-		require.Equal(t, http.StatusOK, e.send("sk-c", 1_200_000, 50_000).code) // est 300,000, used 50,000
+		mustEqual(t, http.StatusOK, e.send("sk-c", 1_200_000, 50_000).code, "status") // est 300,000, used 50,000
 		r := e.send("sk-c", 4, -1)
-		assert.Equal(t, int64(350_000-1), r.remTok, "250,000 credited back")
-		require.Equal(t, http.StatusOK, e.send("sk-c", 4, 500_000).code) // est 1, used 500,000
+		equal(t, int64(350_000-1), r.remTok, "250,000 credited back")
+		mustEqual(t, http.StatusOK, e.send("sk-c", 4, 500_000).code, "status") // est 1, used 500,000
 		r = e.send("sk-c", 4, -1)
-		require.Equal(t, http.StatusTooManyRequests, r.code, "the bucket is in debt")
+		mustEqual(t, http.StatusTooManyRequests, r.code, "the bucket is in debt")
 		// level: 349,999 - 1 - 499,999 = -150,001; 1 token needs 150,002 at 200,000/min = 45.0006 s
-		assert.Equal(t, "46", r.retryAfter)
-		assert.Equal(t, int64(0), r.remTok, "remaining never shows negative")
+		equal(t, "46", r.retryAfter, "Retry-After")
+		equal(t, int64(0), r.remTok, "remaining never shows negative")
 	})
 	t.Run("BoundsAndIdleRefill", func(t *testing.T) {
 		e := newEnv(t, f)
-		require.Equal(t, http.StatusOK, e.send("sk-b", 4, 1_000_000_000_000_000).code) // absurd usage
+		mustEqual(t, http.StatusOK, e.send("sk-b", 4, 1_000_000_000_000_000).code, "status") // absurd usage
 		r := e.send("sk-b", 4, -1)
-		require.Equal(t, http.StatusTooManyRequests, r.code)
-		assert.Equal(t, "60", r.retryAfter, "bounded debt: 800,000 charged, at most minutes to repay")
+		mustEqual(t, http.StatusTooManyRequests, r.code, "status")
+		equal(t, "60", r.retryAfter, "bounded debt: 800,000 charged, at most minutes to repay")
 		// level: 400,000 - 1 (estimate) - (800,000 - 1) = -400,000. One token
 		// needs 400,001 at 200,000/min: 120 s + 300 µs.
 		e.clock.Advance(120 * time.Second)
 		r = e.send("sk-b", 4, -1)
-		assert.Equal(t, http.StatusTooManyRequests, r.code)
-		assert.Equal(t, "1", r.retryAfter)
+		equal(t, http.StatusTooManyRequests, r.code, "status")
+		equal(t, "1", r.retryAfter, "Retry-After")
 		e.clock.Advance(299 * time.Microsecond)
-		assert.Equal(t, http.StatusTooManyRequests, e.send("sk-b", 4, -1).code, "1 µs early")
+		equal(t, http.StatusTooManyRequests, e.send("sk-b", 4, -1).code, "1 µs early")
 		e.clock.Advance(time.Microsecond)
-		assert.Equal(t, http.StatusOK, e.send("sk-b", 4, -1).code, "exactly on time")
+		equal(t, http.StatusOK, e.send("sk-b", 4, -1).code, "exactly on time")
 	})
 	t.Run("IdleHourExactlyFull", func(t *testing.T) {
 		e := newEnv(t, f)
-		require.Equal(t, http.StatusOK, e.send("sk-i", 4, 900_000).code)
+		mustEqual(t, http.StatusOK, e.send("sk-i", 4, 900_000).code)
 		e.clock.Advance(time.Hour)
 		r := e.send("sk-i", 4, -1)
-		assert.Equal(t, int64(199), r.remReq)
-		assert.Equal(t, int64(400_000-1), r.remTok, "full again, never more")
-		assert.Equal(t, 199, e.burst("sk-i", 1000), "200 admitted after the hour, not 201")
+		equal(t, int64(199), r.remReq, "remaining requests")
+		equal(t, int64(400_000-1), r.remTok, "full again, never more")
+		equal(t, 199, e.burst("sk-i", 1000), "200 admitted after the hour, not 201")
 	})
 	t.Run("BackwardsClock", func(t *testing.T) {
 		e := newEnv(t, f)
-		require.Equal(t, 200, e.burst("sk-bc", 1000))
+		mustEqual(t, 200, e.burst("sk-bc", 1000), "admitted in a burst")
 		e.clock.Advance(-time.Hour)
-		assert.Equal(t, 0, e.burst("sk-bc", 5))
+		equal(t, 0, e.burst("sk-bc", 5), "admitted in a burst")
 		e.clock.Advance(time.Hour + 600*time.Millisecond)
-		assert.Equal(t, 1, e.burst("sk-bc", 5))
+		equal(t, 1, e.burst("sk-bc", 5), "admitted in a burst")
 	})
 	t.Run("TierChangeKeepsLevel", func(t *testing.T) {
 		var tier atomic.Int64
 		tier.Store(int64(llmrate.Growth))
 		res := llmrate.TierResolverFunc(func(_ context.Context, _ string) (llmrate.Tier, bool) { return llmrate.Tier(tier.Load()), true })
 		e := newEnv(t, f, llmrate.WithTierResolver(res))
-		assert.Equal(t, http.StatusOK, e.send("sk-t", 0, -1).code)
+		equal(t, http.StatusOK, e.send("sk-t", 0, -1).code)
 		tier.Store(int64(llmrate.Free))
 		r := e.send("sk-t", 0, -1)
-		assert.Equal(t, int64(199), r.remReq, "clamped to Free's capacity, then debited")
-		assert.Equal(t, 199, e.burst("sk-t", 1000))
+		equal(t, int64(199), r.remReq, "clamped to Free's capacity, then debited")
+		equal(t, 199, e.burst("sk-t", 1000), "admitted in a burst")
 		tier.Store(int64(llmrate.Growth))
-		assert.Equal(t, 0, e.burst("sk-t", 5), "no reset and no free refill on upgrade")
+		equal(t, 0, e.burst("sk-t", 5), "no reset and no free refill on upgrade")
 		e.clock.Advance(12 * time.Millisecond) // Growth refills 5,000/min: one per 12 ms
-		assert.Equal(t, 1, e.burst("sk-t", 5))
+		equal(t, 1, e.burst("sk-t", 5), "admitted in a burst")
 	})
 	t.Run("TwoKeysOneWorkspace", func(t *testing.T) {
 		e := newEnv(t, f, llmrate.WithWorkspace(func(*http.Request) (string, error) { return "team", nil }))
@@ -261,26 +274,26 @@ func Run(t *testing.T, f Factory) {
 				n++
 			}
 		}
-		assert.Equal(t, 200, n)
+		equal(t, 200, n, "admitted")
 	})
 	t.Run("NeverFits", func(t *testing.T) {
 		e := newEnv(t, f)
 		r := e.send("sk-n", 4*400_001, -1)
-		assert.Equal(t, http.StatusTooManyRequests, r.code)
-		assert.Equal(t, "60", r.retryAfter)
-		assert.Equal(t, int64(200), r.remReq)
+		equal(t, http.StatusTooManyRequests, r.code, "status")
+		equal(t, "60", r.retryAfter, "Retry-After")
+		equal(t, int64(200), r.remReq, "remaining requests")
 	})
 	t.Run("HugeFigures", func(t *testing.T) {
 		big := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
 		e := newEnv(t, f, llmrate.WithTiers(llmrate.TierTable{Free: big, Developer: big, Team: big, Growth: big, Scale: big, Enterprise: big}))
-		require.Equal(t, http.StatusOK, e.send("sk-h", 4*2*llmrate.MaxPerMinute, -1).code)
+		mustEqual(t, http.StatusOK, e.send("sk-h", 4*2*llmrate.MaxPerMinute, -1).code)
 		e.clock.Advance(37*time.Second + 123456*time.Microsecond)
 		r := e.send("sk-h", 4, -1)
 		// 1e12/min over 37.123456 s = 618,724,266,666.67 tokens, minus this request's 1
-		assert.Equal(t, int64(618_724_266_666-1), r.remTok)
+		equal(t, int64(618_724_266_666-1), r.remTok, "remaining tokens")
 		e.clock.Advance(500 * 24 * time.Hour)
 		r = e.send("sk-h", 4, -1)
-		assert.Equal(t, int64(2*llmrate.MaxPerMinute-1), r.remTok, "years later: exactly full")
+		equal(t, int64(2*llmrate.MaxPerMinute-1), r.remTok, "years later: exactly full")
 	})
 	t.Run("Models", func(t *testing.T) { runModels(t, f) })
 	t.Run("OverrideChangeKeepsLevel", func(t *testing.T) {
@@ -291,15 +304,15 @@ func Run(t *testing.T, f Factory) {
 		})
 		e := newEnv(t, f, llmrate.WithOverrides(over))
 		for range 5 {
-			require.Equal(t, http.StatusOK, e.send("sk-o", 0, -1).code)
+			mustEqual(t, http.StatusOK, e.send("sk-o", 0, -1).code)
 		}
 		rpm.Store(3)
-		assert.Equal(t, 6, e.burst("sk-o", 20), "15 left, clamped to the new capacity of 6")
+		equal(t, 6, e.burst("sk-o", 20), "15 left, clamped to the new capacity of 6")
 		rpm.Store(10)
-		assert.Equal(t, 0, e.burst("sk-o", 5), "no reset and no free refill on raising it")
+		equal(t, 0, e.burst("sk-o", 5), "no reset and no free refill on raising it")
 		e.clock.Advance(6 * time.Second) // 10/min: one per 6 s
-		assert.Equal(t, 1, e.burst("sk-o", 5))
-		assert.Equal(t, 200, e.burst("sk-x", 1000), "a workspace without an override keeps its tier")
+		equal(t, 1, e.burst("sk-o", 5), "admitted in a burst")
+		equal(t, 200, e.burst("sk-x", 1000), "a workspace without an override keeps its tier")
 	})
 	t.Run("ShadowMatchesEnforcement", func(t *testing.T) { runShadow(t, f) })
 	t.Run("Concurrent250", func(t *testing.T) {
@@ -326,15 +339,17 @@ func Run(t *testing.T, f Factory) {
 			})
 		}
 		wg.Wait()
-		require.Empty(t, errs)
-		assert.Equal(t, int64(200), n.Load())
+		for _, err := range errs {
+			t.Error(err)
+		}
+		equal(t, int64(200), n.Load(), "admitted")
 	})
 }
 
 // runModels: a model entry's buckets are its own, per key and per
 // workspace, apart from the default buckets and from every other entry's;
 // the models one prefix entry matches share its buckets.
-func runModels(t *testing.T, f Factory) {
+func runModels(t *testing.T, f factory) {
 	small := func(rpm, tpm int64) llmrate.TierTable {
 		l := llmrate.Limits{RequestsPerMinute: rpm, TokensPerMinute: tpm}
 		return llmrate.TierTable{Free: l, Developer: l, Team: l, Growth: l, Scale: l, Enterprise: l}
@@ -347,16 +362,16 @@ func runModels(t *testing.T, f Factory) {
 	withModel := llmrate.WithModel(byHeader)
 	t.Run("SeparateBuckets", func(t *testing.T) {
 		e := newEnv(t, f, withModel, models)
-		assert.Equal(t, 6, e.burstModel("sk-m", "gpt-4o", 100), "the exact entry: 2×3")
-		assert.Equal(t, 10, e.burstModel("sk-m", "gpt-4o-2024-08-06", 100), "the prefix entry's own buckets: 2×5")
-		assert.Equal(t, 0, e.burstModel("sk-m", "gpt-4o-mini", 100), "one prefix entry, one set of buckets")
-		assert.Equal(t, 4, e.burstModel("sk-m", "claude-3-5-haiku", 100), "2×2")
-		assert.Equal(t, 200, e.burstModel("sk-m", "mistral-large", 1000), "no entry: the default buckets, untouched so far")
-		assert.Equal(t, 0, e.burst("sk-m", 5), "no model: the same default buckets")
-		assert.Equal(t, 6, e.burstModel("sk-other", "gpt-4o", 100), "another key (its own workspace) has its own")
+		equal(t, 6, e.burstModel("sk-m", "gpt-4o", 100), "the exact entry: 2×3")
+		equal(t, 10, e.burstModel("sk-m", "gpt-4o-2024-08-06", 100), "the prefix entry's own buckets: 2×5")
+		equal(t, 0, e.burstModel("sk-m", "gpt-4o-mini", 100), "one prefix entry, one set of buckets")
+		equal(t, 4, e.burstModel("sk-m", "claude-3-5-haiku", 100), "2×2")
+		equal(t, 200, e.burstModel("sk-m", "mistral-large", 1000), "no entry: the default buckets, untouched so far")
+		equal(t, 0, e.burst("sk-m", 5), "no model: the same default buckets")
+		equal(t, 6, e.burstModel("sk-other", "gpt-4o", 100), "another key (its own workspace) has its own")
 		e.clock.Advance(20 * time.Second) // 1 request of gpt-4o (3/min), 1 of claude (2/min: 0.67)
-		assert.Equal(t, 1, e.burstModel("sk-m", "gpt-4o", 100))
-		assert.Equal(t, 0, e.burstModel("sk-m", "claude-3-opus", 100))
+		equal(t, 1, e.burstModel("sk-m", "gpt-4o", 100), "admitted in a burst")
+		equal(t, 0, e.burstModel("sk-m", "claude-3-opus", 100), "admitted in a burst")
 	})
 	t.Run("WorkspaceShared", func(t *testing.T) {
 		e := newEnv(t, f, withModel, models, llmrate.WithWorkspace(func(*http.Request) (string, error) { return "team", nil }))
@@ -366,8 +381,8 @@ func runModels(t *testing.T, f Factory) {
 				n++
 			}
 		}
-		assert.Equal(t, 6, n, "two keys exhaust the workspace's gpt-4o buckets together")
-		assert.Equal(t, 200, e.burst("k3", 1000), "the workspace's default buckets are apart")
+		equal(t, 6, n, "two keys exhaust the workspace's gpt-4o buckets together")
+		equal(t, 200, e.burst("k3", 1000), "the workspace's default buckets are apart")
 	})
 	t.Run("RollbackAndReconcile", func(t *testing.T) {
 		e := newEnv(t, f, withModel, models, llmrate.WithWorkspace(func(r *http.Request) (string, error) {
@@ -375,17 +390,17 @@ func runModels(t *testing.T, f Factory) {
 			return "ws-" + k, err
 		}))
 		r := e.sendModel("sk-r", "gpt-4o", 4*1500, 300) // est 1,500 of 2,000; used 300
-		require.Equal(t, http.StatusOK, r.code)
-		assert.Equal(t, int64(5), r.remReq)
-		assert.Equal(t, int64(500), r.remTok)
+		mustEqual(t, http.StatusOK, r.code, "status")
+		equal(t, int64(5), r.remReq, "remaining requests")
+		equal(t, int64(500), r.remTok, "remaining tokens")
 		r = e.sendModel("sk-r", "gpt-4o", 4*1800, -1) // 1,800 > 1,700 left: refused
-		require.Equal(t, http.StatusTooManyRequests, r.code)
-		assert.Equal(t, int64(5), r.remReq, "rolled back")
-		assert.Equal(t, int64(1700), r.remTok, "reconciled in the model's buckets: 2,000 - 300")
-		assert.Equal(t, "6", r.retryAfter, "100 tokens at 1,000/min")
+		mustEqual(t, http.StatusTooManyRequests, r.code, "status")
+		equal(t, int64(5), r.remReq, "rolled back")
+		equal(t, int64(1700), r.remTok, "reconciled in the model's buckets: 2,000 - 300")
+		equal(t, "6", r.retryAfter, "100 tokens at 1,000/min")
 		r = e.send("sk-r", 4, -1)
-		assert.Equal(t, int64(199), r.remReq, "the default buckets were never touched")
-		assert.Equal(t, int64(400_000-1), r.remTok)
+		equal(t, int64(199), r.remReq, "the default buckets were never touched")
+		equal(t, int64(400_000-1), r.remTok, "remaining tokens")
 	})
 }
 
@@ -410,7 +425,7 @@ func (*decisions) Evicted()                          {}
 // same, one by one, because a would-be refusal debits nothing and is not
 // reconciled. Enforcement answers 429 exactly where the decision refused;
 // shadow mode answers 200 throughout.
-func runShadow(t *testing.T, f Factory) {
+func runShadow(t *testing.T, f factory) {
 	tiers := llmrate.TierTable{}
 	for _, p := range []*llmrate.Limits{&tiers.Free, &tiers.Developer, &tiers.Team, &tiers.Growth, &tiers.Scale, &tiers.Enterprise} {
 		*p = llmrate.Limits{RequestsPerMinute: 4, TokensPerMinute: 600}
@@ -448,7 +463,7 @@ func runShadow(t *testing.T, f Factory) {
 				usage = r.Int64N(400)
 			}
 			re, rs := e.sendModel(key, model, cl, usage), s.sendModel(key, model, cl, usage)
-			require.Equal(t, http.StatusOK, rs.code, "seed %d step %d: shadow mode refused", seed, step)
+			mustEqual(t, http.StatusOK, rs.code, "seed %d step %d: shadow mode refused", seed, step)
 			if re.code != http.StatusOK {
 				refused++
 			}
@@ -459,13 +474,48 @@ func runShadow(t *testing.T, f Factory) {
 			sh.mu.Lock()
 			got := sh.ds[len(sh.ds)-1]
 			sh.mu.Unlock()
-			require.True(t, got.Shadow, "seed %d step %d", seed, step)
+			if !got.Shadow {
+				t.Fatalf("seed %d step %d: a decision under WithShadow has Shadow false", seed, step)
+			}
 			got.Shadow = false
-			require.Equal(t, want, got, "seed %d step %d: the shadow decision differs from enforcement's", seed, step)
-			require.Equal(t, want.Allowed, re.code == http.StatusOK, "seed %d step %d", seed, step)
-			require.Equal(t, re.remReq, rs.remReq, "seed %d step %d: headers", seed, step)
-			require.Equal(t, re.remTok, rs.remTok, "seed %d step %d: headers", seed, step)
+			mustEqual(t, want, got, "seed %d step %d: the shadow decision differs from enforcement's", seed, step)
+			mustEqual(t, want.Allowed, re.code == http.StatusOK, "seed %d step %d", seed, step)
+			mustEqual(t, re.remReq, rs.remReq, "seed %d step %d: headers", seed, step)
+			mustEqual(t, re.remTok, rs.remTok, "seed %d step %d: headers", seed, step)
 		}
-		require.Positive(t, refused, "seed %d: the trace must refuse something to prove anything", seed)
+		if refused == 0 {
+			t.Fatalf("seed %d: the trace refused nothing, so it proves nothing", seed)
+		}
 	}
+}
+
+// equal reports a failure unless got is want; msg (a format and its
+// arguments) says what was compared.
+func equal[T comparable](t *testing.T, want, got T, msg ...any) bool {
+	t.Helper()
+	if got == want {
+		return true
+	}
+	t.Errorf("%sgot %v, want %v", describe(msg), got, want)
+	return false
+}
+
+// mustEqual is equal, ending the test on a failure.
+func mustEqual[T comparable](t *testing.T, want, got T, msg ...any) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%sgot %v, want %v", describe(msg), got, want)
+	}
+}
+
+// describe formats msg (a format and its arguments) as a prefix.
+func describe(msg []any) string {
+	if len(msg) == 0 {
+		return ""
+	}
+	format, ok := msg[0].(string)
+	if !ok {
+		return fmt.Sprint(msg...) + ": "
+	}
+	return fmt.Sprintf(format, msg[1:]...) + ": "
 }

@@ -1,0 +1,59 @@
+// Package llmratetest is the conformance suite for llmrate.Store
+// implementations, on the model of testing/fstest.TestFS: a store's own
+// tests call TestStore with a function that makes fresh stores, and the
+// suite drives them through a real llmrate.Limiter and its middleware. The
+// memory store (llmrate.NewMemoryStore) and the Redis store (package
+// redisstore, plain, batched and leased) pass it; a Postgres, Memcached or
+// any other store passes the same contract by calling
+//
+//	func TestConformance(t *testing.T) {
+//		llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
+//			return mystore.New(connect(t), mystore.WithClock(clock))
+//		})
+//	}
+//
+// # What it checks
+//
+// Every subtest sends requests through the middleware (bearer keys,
+// estimates from Content-Length, usage reported by a fake provider) and
+// checks status codes, Retry-After and the x-ratelimit-remaining headers
+// against hand-worked figures: the default tier table's worked example;
+// the all-or-nothing rollback of a refused request, with the key's and the
+// workspace's buckets kept apart or kept once (Solo); reconcile credits and
+// debits, the reconcile bound (twice a bucket's capacity) and debt repaid
+// to the microsecond; refill capped at capacity after an idle hour; a clock
+// that goes backwards; tier and override changes that clamp the level with
+// no reset and no free refill; two keys spending one workspace; requests
+// that never fit; figures near llmrate.MaxPerMinute over years; per-model
+// buckets (AdmitRequest.Model) kept apart per key and per workspace;
+// shadow-mode decisions identical to enforcement's on random traces; and
+// 250 concurrent requests admitting exactly the 200 the figures allow.
+//
+// # What the store must do
+//
+// newStore must return a fresh, empty store for each call (each subtest
+// uses its own): keys are reused across subtests.
+//
+// The store must read time only from the clock it is given: the suite
+// moves that clock forwards by microseconds and by years, and backwards,
+// and expects refill to follow it exactly. A store that reads a clock of
+// its own (Redis uses the server's TIME by default) needs an option to use
+// clock instead; AdmitRequest.Now and ReconcileRequest.Now carry the same
+// clock's reading.
+//
+// A Reconcile must be visible to the next Admit once it has returned. The
+// suite calls Limiter.Flush after every response, which waits for the
+// reconciles the limiter queued (WithReconcileQueue); a store that buffers
+// or batches writes of its own must apply them before Reconcile or Admit
+// returns, or the following request's figures will not match.
+//
+// The suite closes every limiter when its subtest ends, and Limiter.Close
+// closes the store if it has a Close(context.Context) error method: a
+// store needs no cleanup of its own in newStore beyond what it owns outside
+// the store value (a server, a connection pool shared across stores). An
+// error from Close fails the test.
+//
+// A store must never fail open in the suite: a response without the
+// rate-limit headers (the limiter failed open on a store error or
+// timeout; the suite allows each call 2 s) fails the test.
+package llmratetest
