@@ -56,12 +56,14 @@ func WithRateLimitHeaders(s HeaderStyle) Option {
 }
 
 // binding returns the remaining level, capacity and time-to-full of the
-// bucket with less left among a key bucket and a workspace bucket.
-func binding(kRem, kRate, wRem, wRate int64) (rem, capacity int64, reset time.Duration) {
-	rem, rate := wRem, wRate
-	if kRem < wRem {
-		rem, rate = kRem, kRate
+// bucket with less left among key bucket k and workspace bucket w, of
+// admission a.
+func binding(a *admission, k, w Bucket) (rem, capacity int64, reset time.Duration) {
+	b := w
+	if a.d.Remaining[k] < a.d.Remaining[w] {
+		b = k
 	}
+	rem, rate := a.d.Remaining[b], b.PerMinute(a.kl, a.wl)
 	capacity = 2 * rate
 	return max(rem, 0), capacity, timeToFull(rem, rate)
 }
@@ -93,9 +95,8 @@ func removeRateLimitHeaders(h http.Header) {
 // setRateLimitHeaders writes the configured headers for a decision.
 func (l *Limiter) setRateLimitHeaders(h http.Header, a *admission) {
 	removeRateLimitHeaders(h)
-	rem := a.d.Remaining
-	rr, rc, rt := binding(rem[KeyRequests], a.kl.RequestsPerMinute, rem[WorkspaceRequests], a.wl.RequestsPerMinute)
-	tr, tc, tt := binding(rem[KeyTokens], a.kl.TokensPerMinute, rem[WorkspaceTokens], a.wl.TokensPerMinute)
+	rr, rc, rt := binding(a, KeyRequests, WorkspaceRequests)
+	tr, tc, tt := binding(a, KeyTokens, WorkspaceTokens)
 	switch l.cfg.headers {
 	case HeadersOpenAI:
 		h[HeaderLimitRequests] = []string{strconv.FormatInt(rc, 10)}

@@ -88,11 +88,7 @@ func (l *Limiter) resolveTier(r *http.Request, ws string) (t Tier) {
 			t = Free
 		}
 	}()
-	t, ok := l.cfg.resolver.ResolveTier(r.Context(), ws)
-	if !ok || t < 0 || t >= tierCount {
-		return Free
-	}
-	return t
+	return knownTier(l.cfg.resolver.ResolveTier(r.Context(), ws))
 }
 
 // safeOverride is override for the limits endpoint: a panicking resolver

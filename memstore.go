@@ -280,7 +280,7 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 	if r.Solo {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
 		c := 2 * r.WorkspaceLimits.TokensPerMinute
-		e.tok.adjust(boundActual(r.Actual, c)-r.Estimate, c)
+		e.tok.adjust(r.BoundedActual(WorkspaceTokens)-r.Estimate, c)
 		sh.mu.Unlock()
 		if ev {
 			s.noteEvictions(1)
@@ -289,8 +289,8 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	kc, wc := 2*r.KeyLimits.TokensPerMinute, 2*r.WorkspaceLimits.TokensPerMinute
-	ke.tok.adjust(boundActual(r.Actual, kc)-r.Estimate, kc)
-	we.tok.adjust(boundActual(r.Actual, wc)-r.Estimate, wc)
+	ke.tok.adjust(r.BoundedActual(KeyTokens)-r.Estimate, kc)
+	we.tok.adjust(r.BoundedActual(WorkspaceTokens)-r.Estimate, wc)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
@@ -322,14 +322,9 @@ func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64) Decision {
 	}
 	d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
 	for i, b := range [4]*bucket{kr, kt, wr, wt} {
-		need, rate := int64(1), kl.RequestsPerMinute
-		switch Bucket(i) {
-		case KeyTokens:
-			need, rate = n, kl.TokensPerMinute
-		case WorkspaceRequests:
-			rate = wl.RequestsPerMinute
-		case WorkspaceTokens:
-			need, rate = n, wl.TokensPerMinute
+		need, rate := int64(1), Bucket(i).PerMinute(kl, wl)
+		if Bucket(i).Tokens() {
+			need = n
 		}
 		w, never := b.wait(need, rate, 2*rate, MaxRetryAfter)
 		d.RetryAfter = max(d.RetryAfter, w)

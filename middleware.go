@@ -192,10 +192,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	}()
 	c := l.cfg
 	ctx := r.Context()
-	tier, known := c.resolver.ResolveTier(ctx, a.ws)
-	if !known || tier < 0 || tier >= tierCount {
-		tier = Free
-	}
+	tier := knownTier(c.resolver.ResolveTier(ctx, a.ws))
 	a.tier = tier
 	a.wl = c.tiers.For(tier)
 	a.kl = a.wl

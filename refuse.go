@@ -74,14 +74,9 @@ func refusalMessage(a *admission, secs int64, docs string) string {
 			what, a.est, capacity, planPhrase(a), docs)
 	}
 	b := a.d.Refused
-	dim, figure := "requests", a.kl.RequestsPerMinute
-	switch b {
-	case KeyTokens:
-		dim, figure = "tokens", a.kl.TokensPerMinute
-	case WorkspaceRequests:
-		figure = a.wl.RequestsPerMinute
-	case WorkspaceTokens:
-		dim, figure = "tokens", a.wl.TokensPerMinute
+	dim, figure := "requests", b.PerMinute(a.kl, a.wl)
+	if b.Tokens() {
+		dim = "tokens"
 	}
 	if a.entry != "" {
 		// The model is named as configured (an operator's entry, never the

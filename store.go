@@ -36,8 +36,24 @@ func (b Bucket) Scope() string {
 	return "workspace"
 }
 
-// Tokens reports whether b is a tokens bucket (else a requests bucket).
+// Tokens reports whether b is a tokens bucket (else a requests bucket): a
+// request debits it by its token estimate rather than by one.
 func (b Bucket) Tokens() bool { return b == KeyTokens || b == WorkspaceTokens }
+
+// PerMinute returns bucket b's per-minute figure, given the key's figures
+// key and the workspace's figures workspace (as in AdmitRequest.KeyLimits
+// and WorkspaceLimits): the bucket refills at this rate per minute and holds
+// twice it when full.
+func (b Bucket) PerMinute(key, workspace Limits) int64 {
+	l := key
+	if b == WorkspaceRequests || b == WorkspaceTokens {
+		l = workspace
+	}
+	if b.Tokens() {
+		return l.TokensPerMinute
+	}
+	return l.RequestsPerMinute
+}
 
 // AdmitRequest is one admission: one request and Tokens tokens, checked
 // against the key's and the workspace's buckets.
@@ -135,6 +151,15 @@ const MaxRetryAfter = 60 * time.Second
 type Store interface {
 	Admit(ctx context.Context, req AdmitRequest) (Decision, error)
 	Reconcile(ctx context.Context, req ReconcileRequest) error
+}
+
+// BoundedActual returns the charge that replaces Estimate in tokens bucket
+// b: Actual bounded below at 0 and above at twice the bucket's capacity
+// (four times its tokens-per-minute figure), so one absurd report leaves a
+// bucket at most minutes in debt. A store adds BoundedActual(b) - Estimate
+// to bucket b's level.
+func (r ReconcileRequest) BoundedActual(b Bucket) int64 {
+	return boundActual(r.Actual, 2*b.PerMinute(r.KeyLimits, r.WorkspaceLimits))
 }
 
 // boundActual bounds a reported charge at twice a bucket's capacity.

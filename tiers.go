@@ -155,3 +155,12 @@ func (m StaticTiers) ResolveTier(_ context.Context, workspace string) (Tier, boo
 	t, ok := m[workspace]
 	return t, ok
 }
+
+// knownTier is the tier a resolver's answer puts a workspace on: t when the
+// resolver knew the workspace and t names a tier, else Free.
+func knownTier(t Tier, known bool) Tier {
+	if !known || t < 0 || t >= tierCount {
+		return Free
+	}
+	return t
+}

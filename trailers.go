@@ -111,9 +111,9 @@ func (t *tracker) sendTrailers(charge int64) {
 	rem := a.d.Remaining
 	h := t.w.Header()
 	h[TrailerRemainingKeyRequests] = []string{strconv.FormatInt(max(rem[KeyRequests], 0), 10)}
-	h[TrailerRemainingKeyTokens] = []string{strconv.FormatInt(afterCharge(rem[KeyTokens], a.est, charge, 2*a.kl.TokensPerMinute), 10)}
+	h[TrailerRemainingKeyTokens] = []string{strconv.FormatInt(afterCharge(rem[KeyTokens], a.est, charge, 2*KeyTokens.PerMinute(a.kl, a.wl)), 10)}
 	h[TrailerRemainingWorkspaceRequests] = []string{strconv.FormatInt(max(rem[WorkspaceRequests], 0), 10)}
-	h[TrailerRemainingWorkspaceTokens] = []string{strconv.FormatInt(afterCharge(rem[WorkspaceTokens], a.est, charge, 2*a.wl.TokensPerMinute), 10)}
+	h[TrailerRemainingWorkspaceTokens] = []string{strconv.FormatInt(afterCharge(rem[WorkspaceTokens], a.est, charge, 2*WorkspaceTokens.PerMinute(a.kl, a.wl)), 10)}
 }
 
 // afterCharge is a tokens bucket's whole level, never below 0, once a

@@ -249,9 +249,8 @@ func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest)
 	if l != nil {
 		l.mu.Lock()
 		if l.left != ([4]int64{}) && l.ready == nil && l.kl == r.KeyLimits && l.wl == r.WorkspaceLimits && l.solo == r.Solo && s.localNow().Before(l.until) {
-			bound := func(tpm int64) int64 { return max(0, min(r.Actual, 4*tpm)) - r.Estimate }
-			dk, dw := bound(r.KeyLimits.TokensPerMinute), bound(r.WorkspaceLimits.TokensPerMinute)
 			kt, wt := llmrate.KeyTokens, llmrate.WorkspaceTokens
+			dk, dw := r.BoundedActual(kt)-r.Estimate, r.BoundedActual(wt)-r.Estimate
 			local := dk >= 0 && dw >= 0 && l.left[kt] >= dk && l.left[wt] >= dw ||
 				dk <= 0 && dw <= 0 && -dk <= l.gross[kt]-l.left[kt] && -dw <= l.gross[wt]-l.left[wt]
 			if local {

@@ -389,9 +389,8 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 
 // reconcileArgs are reconcile.lua's arguments.
 func reconcileArgs(now string, r llmrate.ReconcileRequest) []any {
-	bound := func(actual, tpm int64) int64 { return max(0, min(actual, 4*tpm)) }
 	return []any{now, r.Estimate,
-		bound(r.Actual, r.KeyLimits.TokensPerMinute), bound(r.Actual, r.WorkspaceLimits.TokensPerMinute),
+		r.BoundedActual(llmrate.KeyTokens), r.BoundedActual(llmrate.WorkspaceTokens),
 		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
 		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo)}
 }
