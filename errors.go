@@ -7,10 +7,15 @@ import (
 
 // Sentinel errors, for errors.Is.
 var (
-	// ErrNoKey is returned by an Extractor when the request carries no API key.
+	// ErrNoKey is returned by an Extractor when the request carries no API
+	// key (Header and BearerToken return it). The middleware answers such a
+	// request 401 with code "missing_api_key".
 	ErrNoKey = errors.New("llmrate: missing API key")
-	// ErrNoWorkspace is returned by an Extractor when the request carries no
-	// workspace.
+	// ErrNoWorkspace is what a workspace Extractor (WithWorkspace) should
+	// return when the request carries no workspace; llmrate's own
+	// extractors read keys and never return it. The middleware answers such
+	// a request 401 with code "missing_workspace" (as it does for any error
+	// from the workspace extractor, or an empty workspace).
 	ErrNoWorkspace = errors.New("llmrate: missing workspace")
 	// ErrStoreTimeout is the cause of a StoreError when a store call ran past
 	// the limiter's store timeout.

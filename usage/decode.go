@@ -115,6 +115,8 @@ type DecodeError struct {
 	Err    error
 }
 
+// Error says why the body was not decoded, with the coding and the
+// decoder's own error when there are any.
 func (e *DecodeError) Error() string {
 	msg := "llmrate: encoding not decoded: " + e.Reason.String()
 	if e.Coding != "" {
