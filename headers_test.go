@@ -3,7 +3,6 @@ package llmrate_test
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -72,57 +71,6 @@ func TestIETFHeaders(t *testing.T) {
 	assert.Equal(t, `"requests";r=199;t=1, "tokens";r=399900;t=1`, w.Header().Get("RateLimit"))
 	assert.Empty(t, w.Header().Get("X-Ratelimit-Remaining-Requests"), "the upstream's own headers never leak")
 }
-
-func BenchmarkObserver(b *testing.B) {
-	huge := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
-	tt := llmrate.TierTable{Free: huge, Developer: huge, Team: huge, Growth: huge, Scale: huge, Enterprise: huge}
-	for _, c := range []struct {
-		name string
-		o    llmrate.Observer
-	}{{"off", nil}, {"counting", &countingObserver{}}} {
-		b.Run(c.name, func(b *testing.B) {
-			opts := []llmrate.Option{llmrate.WithTiers(tt)}
-			if c.o != nil {
-				opts = append(opts, llmrate.WithObserver(c.o))
-			}
-			l, _ := llmrate.New(opts...)
-			h := l.Middleware(okHandler)
-			r := httptest.NewRequest(http.MethodPost, "/", nil)
-			r.Header.Set("Authorization", "Bearer sk-obs")
-			w := &discardWriter{h: http.Header{}}
-			b.ReportAllocs()
-			for range b.N {
-				h.ServeHTTP(w, r)
-			}
-		})
-	}
-}
-
-type discardWriter struct{ h http.Header }
-
-func (w *discardWriter) Header() http.Header         { return w.h }
-func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (w *discardWriter) WriteHeader(int)             {}
-
-// countingObserver is what a metrics observer does: atomic counters.
-type countingObserver struct {
-	admitted, refused, reconciled, failOpen, evicted counter
-}
-
-type counter struct{ n int64 }
-
-func (c *counter) inc() { atomicAdd(&c.n) }
-
-func (o *countingObserver) Decided(e llmrate.DecisionEvent) {
-	if e.Allowed {
-		o.admitted.inc()
-	} else {
-		o.refused.inc()
-	}
-}
-func (o *countingObserver) Reconciled(llmrate.ReconcileEvent) { o.reconciled.inc() }
-func (o *countingObserver) FailedOpen(llmrate.FailOpenEvent)  { o.failOpen.inc() }
-func (o *countingObserver) Evicted()                          { o.evicted.inc() }
 
 // TestProviderOwn429RelayedUntouched: the provider's own 429 reaches the
 // client exactly as the provider sent it (its Retry-After, its rate-limit

@@ -141,3 +141,84 @@ func TestInvalidMemoryOptions(t *testing.T) {
 	}
 	assert.NoError(t, llmrate.NewMemoryStore(llmrate.WithMaxKeys(1)).Err())
 }
+
+func benchAdmitReq(key string) llmrate.AdmitRequest {
+	free := llmrate.DefaultTiers().Free
+	huge := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+	_ = free
+	return llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: huge, WorkspaceLimits: huge, Tokens: 1, Now: time.Unix(1, 0)}
+}
+
+// BenchmarkAdmitHotKey: four-bucket admission of one known key, serial.
+func BenchmarkAdmitHotKey(b *testing.B) {
+	s := llmrate.NewMemoryStore()
+	req := benchAdmitReq("sk-hot")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := range b.N {
+		req.Now = time.Unix(0, int64(i))
+		if d, _ := s.Admit(ctx, req); !d.Allowed {
+			b.Fatal("refused")
+		}
+	}
+}
+
+// BenchmarkAdmitHotKeyParallel: one known key from every goroutine.
+func BenchmarkAdmitHotKeyParallel(b *testing.B) {
+	s := llmrate.NewMemoryStore()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req := benchAdmitReq("sk-hot")
+		i := int64(0)
+		for pb.Next() {
+			i++
+			req.Now = time.Unix(0, i)
+			_, _ = s.Admit(ctx, req)
+		}
+	})
+}
+
+// BenchmarkAdmitDistinctKeys: 100,000 keys round-robin, parallel.
+func BenchmarkAdmitDistinctKeys(b *testing.B) {
+	s := llmrate.NewMemoryStore()
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("sk-%08d", i)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req := benchAdmitReq("")
+		i := int(time.Now().UnixNano() % 100_000)
+		for pb.Next() {
+			i++
+			req.Key = keys[i%len(keys)]
+			req.Workspace = req.Key
+			_, _ = s.Admit(ctx, req)
+		}
+	})
+}
+
+// TestAdmitHotPathAllocs: admitting a known key allocates nothing. A
+// regression fails CI without timing anything.
+func TestAdmitHotPathAllocs(t *testing.T) {
+	s := llmrate.NewMemoryStore()
+	req := benchAdmitReq("sk-allocs")
+	ctx := context.Background()
+	_, _ = s.Admit(ctx, req) // the key is now known
+	allocs := testing.AllocsPerRun(1000, func() {
+		_, _ = s.Admit(ctx, req)
+		_ = s.Reconcile(ctx, llmrate.ReconcileRequest{Key: req.Key, Workspace: req.Workspace, KeyLimits: req.KeyLimits, WorkspaceLimits: req.WorkspaceLimits, Estimate: 1, Actual: 2, Now: req.Now})
+	})
+	assert.Zero(t, allocs, "allocations per admission+reconcile of a known key")
+
+	req.Model = "gpt-4o*" // a model entry's buckets: one more hash, no allocation
+	_, _ = s.Admit(ctx, req)
+	allocs = testing.AllocsPerRun(1000, func() {
+		_, _ = s.Admit(ctx, req)
+		_ = s.Reconcile(ctx, llmrate.ReconcileRequest{Key: req.Key, Workspace: req.Workspace, Model: req.Model, KeyLimits: req.KeyLimits, WorkspaceLimits: req.WorkspaceLimits, Estimate: 1, Actual: 2, Now: req.Now})
+	})
+	assert.Zero(t, allocs, "allocations per admission+reconcile of a known key on a model entry")
+}

@@ -645,3 +645,47 @@ func TestChargeFixtures(t *testing.T) {
 		})
 	}
 }
+
+// reusableWriter is a ResponseWriter reused across iterations.
+type reusableWriter struct{ h http.Header }
+
+func (w *reusableWriter) Header() http.Header         { return w.h }
+func (w *reusableWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *reusableWriter) WriteHeader(int)             {}
+
+var oneKBResponse = []byte(`{"id":"chatcmpl-abc123","object":"chat.completion","created":1732000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("word ", 150) + `","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":150,"total_tokens":169},"system_fingerprint":"fp_abc"}`)
+
+// BenchmarkMiddleware: the whole per-request overhead (admit, wrap, scan a
+// 1 KB OpenAI JSON response with usage, reconcile).
+func BenchmarkMiddleware(b *testing.B) {
+	huge := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+	tt := llmrate.TierTable{Free: huge, Developer: huge, Team: huge, Growth: huge, Scale: huge, Enterprise: huge}
+	l, _ := llmrate.New(llmrate.WithTiers(tt))
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = []string{"application/json"}
+		_, _ = w.Write(oneKBResponse)
+	})
+	h := l.Middleware(next)
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	r.Header.Set("Authorization", "Bearer sk-bench")
+	r.ContentLength = 400
+	w := &reusableWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for range b.N {
+		h.ServeHTTP(w, r)
+	}
+}
+
+// BenchmarkBareHandler: the same handler without the middleware.
+func BenchmarkBareHandler(b *testing.B) {
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = []string{"application/json"}
+		_, _ = w.Write(oneKBResponse)
+	})
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	w := &reusableWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for range b.N {
+		next.ServeHTTP(w, r)
+	}
+}
