@@ -2,13 +2,13 @@ package llmrate
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"io"
-	"math/bits"
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/llmrate/llmrate/internal/jsonrun"
 )
 
 // MaxModelBody bounds what ModelFromBody examines of a request body: at
@@ -391,7 +391,7 @@ func skipDigits(b []byte, i int) int {
 func skipString(b []byte, i int) (int, bool) {
 	i++
 	for {
-		i += stringRun(b[i:])
+		i += jsonrun.Plain(b[i:])
 		if i >= len(b) {
 			return i, false
 		}
@@ -420,30 +420,3 @@ func skipString(b []byte, i int) (int, bool) {
 }
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
-
-// stringRun returns how many leading bytes of b are plain string content:
-// not '"', not '\\', not a control byte, eight bytes per step (SWAR: a
-// word's flag bits are set at bytes that are a quote, a backslash or below
-// 0x20, and the lowest flag is always exact).
-func stringRun(b []byte) int {
-	const (
-		ones  = 0x0101010101010101
-		highs = 0x8080808080808080
-	)
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		q := x ^ (ones * '"')
-		s := x ^ (ones * '\\')
-		m := ((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)
-		if m &= highs; m != 0 {
-			return i + bits.TrailingZeros64(m)/8
-		}
-	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
-			break
-		}
-	}
-	return i
-}

@@ -1,9 +1,6 @@
 package usage
 
-import (
-	"encoding/binary"
-	"math/bits"
-)
+import "github.com/llmrate/llmrate/internal/jsonrun"
 
 // jsonScan is an incremental (push) JSON parser that validates one document
 // at a time, byte by byte, across any write boundaries, in constant memory.
@@ -258,7 +255,7 @@ func (p *jsonScan) write(b []byte) {
 // string is generated text and capturing them when it is a member name or
 // D.type.
 func (p *jsonScan) inString(b []byte, i int) int {
-	j := i + plainRun(b[i:])
+	j := i + jsonrun.Plain(b[i:])
 	if p.counting && j > i {
 		p.doc.gen += int64(j - i)
 		p.hi = false
@@ -498,33 +495,6 @@ func (p *jsonScan) atEnd(b []byte, i int) int {
 func (p *jsonScan) beginKey() {
 	p.state, p.isKey, p.counting = sStr, true, false
 	p.strCap, p.keyLen, p.keyOver = capKey, 0, false
-}
-
-// plainRun returns how many leading bytes of b are plain string content:
-// not '"', not '\\', not a control byte. It tests eight bytes per step
-// (SWAR): a word's flag bits are set at bytes that are a quote, a backslash
-// or below 0x20, and the lowest flag is always exact.
-func plainRun(b []byte) int {
-	const (
-		ones  = 0x0101010101010101
-		highs = 0x8080808080808080
-	)
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		q := x ^ (ones * '"')
-		s := x ^ (ones * '\\')
-		m := ((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)
-		if m &= highs; m != 0 {
-			return i + bits.TrailingZeros64(m)/8
-		}
-	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
-			break
-		}
-	}
-	return i
 }
 
 // capture appends decoded string bytes to the key or type buffer.
