@@ -73,9 +73,10 @@ end
 -- per entry keep the script to four commands.
 local FMT = "<ddddd"
 
--- load returns the entry {last, rl, rf, tl, tf} at key, created full at now
--- when absent, advanced to now (a clock going backwards refills nothing).
-local function load(key, now, rrate, trate)
+-- fetch returns the entry {last, rl, rf, tl, tf} at key, created full at
+-- now when absent, its time moved to now, and the time to refill it for: 0
+-- when the clock went backwards, which refills nothing.
+local function fetch(key, now, rrate, trate)
   local v = redis.call("GET", key)
   local e
   if v then
@@ -86,14 +87,42 @@ local function load(key, now, rrate, trate)
   end
   local dt = now - e[1]
   if dt > 0 then e[1] = now else dt = 0 end
+  return e, dt
+end
+
+-- load returns the entry at key (fetch), refilled up to now.
+local function load(key, now, rrate, trate)
+  local e, dt = fetch(key, now, rrate, trate)
   e[2], e[3] = refill(e[2], e[3], rrate, 2 * rrate, dt)
   e[4], e[5] = refill(e[4], e[5], trate, 2 * trate, dt)
   return e
 end
 
+-- entry_ttl is how long, in ms, entry e takes to refill to full by time
+-- alone: past it, a missing entry (created full) is the same entry.
+local function entry_ttl(e, rrate, trate)
+  return math.max(ttl(e[2], rrate, 2 * rrate), ttl(e[4], trate, 2 * trate))
+end
+
 local function store(key, e, rrate, trate)
-  local px = math.max(ttl(e[2], rrate, 2 * rrate), ttl(e[4], trate, 2 * trate))
+  local px = entry_ttl(e, rrate, trate)
   redis.call("SET", key, struct.pack(FMT, e[1], e[2], e[3], e[4], e[5]), "PX", px)
+end
+
+-- longest_wait is a refused request's wait, in whole seconds, and never
+-- (1 when it can never fit): the longest of its four buckets' waits for one
+-- request and n tokens.
+local function longest_wait(k, w, n, krr, ktr, wrr, wtr)
+  local retry, never = 0, 0
+  local function take(s, nv)
+    if s > retry then retry = s end
+    if nv then never = 1 end
+  end
+  take(wait(k[2], k[3], 1, krr, 2 * krr))
+  take(wait(k[4], k[5], n, ktr, 2 * ktr))
+  take(wait(w[2], w[3], 1, wrr, 2 * wrr))
+  take(wait(w[4], w[5], n, wtr, 2 * wtr))
+  return retry, never
 end
 
 -- admit_one checks and debits one request's four buckets, all or nothing.
@@ -137,18 +166,6 @@ local function admit_one(kkey, wkey, now, a, o)
   -- back refills nothing), exactly as the memory store keeps it.
   if not solo then store(kkey, k, krr, ktr) end
   store(wkey, w, wrr, wtr)
-  local retry, never = 0, 0
-  local s, nv = wait(k[2], k[3], 1, krr, 2 * krr)
-  if s > retry then retry = s end
-  if nv then never = 1 end
-  s, nv = wait(k[4], k[5], n, ktr, 2 * ktr)
-  if s > retry then retry = s end
-  if nv then never = 1 end
-  s, nv = wait(w[2], w[3], 1, wrr, 2 * wrr)
-  if s > retry then retry = s end
-  if nv then never = 1 end
-  s, nv = wait(w[4], w[5], n, wtr, 2 * wtr)
-  if s > retry then retry = s end
-  if nv then never = 1 end
+  local retry, never = longest_wait(k, w, n, krr, ktr, wrr, wtr)
   return {0, refused, retry, never, k[2], k[4], w[2], w[4]}
 end

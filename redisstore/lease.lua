@@ -42,19 +42,7 @@ elseif w[4] < n then
 end
 if refused >= 0 then
   save(kl[3], wl[3])
-  local retry, never = 0, 0
-  local s, nv = wait(k[2], k[3], 1, krr, 2 * krr)
-  if s > retry then retry = s end
-  if nv then never = 1 end
-  s, nv = wait(k[4], k[5], n, ktr, 2 * ktr)
-  if s > retry then retry = s end
-  if nv then never = 1 end
-  s, nv = wait(w[2], w[3], 1, wrr, 2 * wrr)
-  if s > retry then retry = s end
-  if nv then never = 1 end
-  s, nv = wait(w[4], w[5], n, wtr, 2 * wtr)
-  if s > retry then retry = s end
-  if nv then never = 1 end
+  local retry, never = longest_wait(k, w, n, krr, ktr, wrr, wtr)
   return {0, refused, retry, never, k[2], k[4], w[2], w[4], 0, 0, 0, 0}
 end
 

@@ -28,7 +28,7 @@ local function leases(hkey, now, own)
   return lr, lt, maxexp, mine
 end
 
--- lload is load (bucket.lua) with the capacity out on lease taken off each
+-- lload is load (bucket.lua: fetch, then refill) with the capacity out on lease taken off each
 -- bucket's capacity while it refills. The caller's own lease (if any) is
 -- then returned: its record is deleted and its unused part, ret_r and
 -- ret_t, credited. The level is then at most the capacity less the other
@@ -41,16 +41,7 @@ local function lload(key, hkey, now, rrate, trate, own, ret_r, ret_t)
   if mine then
     hr, ht = lr + mine[1], lt + mine[2]
   end
-  local v = redis.call("GET", key)
-  local e
-  if v then
-    local a, b, c, d, f = struct.unpack(FMT, v)
-    e = {a, b, c, d, f}
-  else
-    e = {now, 2 * rrate, 0, 2 * trate, 0}
-  end
-  local dt = now - e[1]
-  if dt > 0 then e[1] = now else dt = 0 end
+  local e, dt = fetch(key, now, rrate, trate)
   -- Refill up to the capacity less every lease, the caller's included; a
   -- level above that (figures lowered since) is clamped below, once the
   -- caller's lease is back.
@@ -73,7 +64,7 @@ end
 -- lstore is store (bucket.lua), kept at least until the entry's last lease
 -- expires (a recreated entry would start full, its leases forgotten).
 local function lstore(key, e, rrate, trate, maxexp, now)
-  local px = math.max(ttl(e[2], rrate, 2 * rrate), ttl(e[4], trate, 2 * trate))
+  local px = entry_ttl(e, rrate, trate)
   if maxexp > now then px = math.max(px, math.ceil((maxexp - now) / 1000) + 1000) end
   redis.call("SET", key, struct.pack(FMT, e[1], e[2], e[3], e[4], e[5]), "PX", px)
 end
