@@ -257,67 +257,9 @@ func skipValue(b []byte, i, depth int) (int, bool) {
 	case c == '"':
 		return skipString(b, i)
 	case c == '{':
-		if depth++; depth > maxModelDepth {
-			return i, false
-		}
-		i = skipSpace(b, i+1)
-		if i < len(b) && b[i] == '}' {
-			return i + 1, true
-		}
-		for {
-			if i >= len(b) || b[i] != '"' {
-				return i, false
-			}
-			var ok bool
-			if i, ok = skipString(b, i); !ok {
-				return i, false
-			}
-			i = skipSpace(b, i)
-			if i >= len(b) || b[i] != ':' {
-				return i, false
-			}
-			if i, ok = skipValue(b, skipSpace(b, i+1), depth); !ok {
-				return i, false
-			}
-			i = skipSpace(b, i)
-			if i >= len(b) {
-				return i, false
-			}
-			switch b[i] {
-			case ',':
-				i = skipSpace(b, i+1)
-			case '}':
-				return i + 1, true
-			default:
-				return i, false
-			}
-		}
+		return skipContainer(b, i, depth, '}')
 	case c == '[':
-		if depth++; depth > maxModelDepth {
-			return i, false
-		}
-		i = skipSpace(b, i+1)
-		if i < len(b) && b[i] == ']' {
-			return i + 1, true
-		}
-		for {
-			var ok bool
-			if i, ok = skipValue(b, i, depth); !ok {
-				return i, false
-			}
-			i = skipSpace(b, i)
-			if i >= len(b) {
-				return i, false
-			}
-			switch b[i] {
-			case ',':
-				i = skipSpace(b, i+1)
-			case ']':
-				return i + 1, true
-			default:
-				return i, false
-			}
-		}
+		return skipContainer(b, i, depth, ']')
 	case c == 't':
 		return skipLiteral(b, i, "true")
 	case c == 'f':
@@ -327,6 +269,59 @@ func skipValue(b []byte, i, depth int) (int, bool) {
 	default:
 		return skipNumber(b, i)
 	}
+}
+
+// skipContainer returns the end of the object (end '}') or array (end ']')
+// opening at b[i], a member or element of a container at depth, and whether
+// it is valid and complete.
+func skipContainer(b []byte, i, depth int, end byte) (int, bool) {
+	if depth++; depth > maxModelDepth {
+		return i, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == end {
+		return i + 1, true
+	}
+	for {
+		var ok bool
+		if end == '}' {
+			if i, ok = skipMemberName(b, i); !ok {
+				return i, false
+			}
+		}
+		if i, ok = skipValue(b, i, depth); !ok {
+			return i, false
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return i, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case end:
+			return i + 1, true
+		default:
+			return i, false
+		}
+	}
+}
+
+// skipMemberName skips an object member's name, its colon and the space
+// around it, returning where the member's value starts.
+func skipMemberName(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return i, false
+	}
+	i, ok := skipString(b, i)
+	if !ok {
+		return i, false
+	}
+	i = skipSpace(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return i, false
+	}
+	return skipSpace(b, i+1), true
 }
 
 // maxModelDepth is encoding/json's nesting limit: a document nested deeper
