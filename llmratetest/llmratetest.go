@@ -166,6 +166,9 @@ func (e *env) burstModel(key, model string, limit int) int {
 // as a subtest of t. newStore must return a fresh, empty store that reads
 // time only from clock; TestStore closes it (through Limiter.Close) when the
 // subtest ends. See the package documentation for what is checked.
+//
+// TestStore is one long function on purpose: it is the contract's list of
+// subtests, each a few lines, read top to bottom like the package doc.
 func TestStore(t *testing.T, newStore func(t *testing.T, clock func() time.Time) llmrate.Store) {
 	t.Helper()
 	f := newStore
@@ -424,7 +427,8 @@ func (*decisions) Evicted()                          {}
 // against an enforcing limiter and a shadow one: the decisions must be the
 // same, one by one, because a would-be refusal debits nothing and is not
 // reconciled. Enforcement answers 429 exactly where the decision refused;
-// shadow mode answers 200 throughout.
+// shadow mode answers 200 throughout. One piece: the two limiters step
+// through the same trace together, and each step's checks need both.
 func runShadow(t *testing.T, f factory) {
 	tiers := llmrate.TierTable{}
 	for _, p := range []*llmrate.Limits{&tiers.Free, &tiers.Developer, &tiers.Team, &tiers.Growth, &tiers.Scale, &tiers.Enterprise} {

@@ -209,6 +209,24 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		}
 		o.apply(&c)
 	}
+	if err := c.check(client); err != nil {
+		return nil, err
+	}
+	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback}
+	if c.leasesSet {
+		id := make([]byte, 8)
+		_, _ = rand.Read(id) // never fails (crypto/rand)
+		s.leases = &leaser{share: c.leases, id: hex.EncodeToString(id), held: map[string]*lease{}, stop: make(chan struct{})}
+	}
+	if c.batchSet {
+		s.batch = &batcher{max: c.batch}
+	}
+	return s, nil
+}
+
+// check reports every invalid option in c, for a store on client, each as
+// a *llmrate.ConfigError (a nil client as a plain error), joined.
+func (c *config) check(client redis.UniversalClient) error {
 	var errs []error
 	fail := func(option, format string, args ...any) {
 		errs = append(errs, &llmrate.ConfigError{Option: "redisstore." + option, Err: fmt.Errorf(format, args...)})
@@ -256,19 +274,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			fail("WithBatching", "batching needs a single-node or Sentinel client, not a Cluster client (a batch could span hash slots)")
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback}
-	if c.leasesSet {
-		id := make([]byte, 8)
-		_, _ = rand.Read(id) // never fails (crypto/rand)
-		s.leases = &leaser{share: c.leases, id: hex.EncodeToString(id), held: map[string]*lease{}, stop: make(chan struct{})}
-	}
-	if c.batchSet {
-		s.batch = &batcher{max: c.batch}
-	}
-	return s, nil
+	return errors.Join(errs...)
 }
 
 // NotifyEvictions implements llmrate.EvictionNotifier: the local fallback's
