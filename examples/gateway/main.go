@@ -91,45 +91,117 @@ func loadConfig(path string) (*Config, llmrate.StaticTiers, error) {
 	return c, tiers, nil
 }
 
+// gatewayFlags are the gateway's command-line flags.
+type gatewayFlags struct {
+	listen         string
+	upstream       string
+	upstreamKeyEnv string
+	redisURL       string
+	configPath     string
+	logLevel       string
+	mockWords      int
+	mockDelay      time.Duration
+	quiet          bool
+	storeTimeout   time.Duration
+	redisTimeout   time.Duration
+	leases         float64
+	hashKeyEnv     string
+}
+
+// parseFlags parses the gateway's command line.
+func parseFlags(args []string) (*gatewayFlags, error) {
+	var f gatewayFlags
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&f.upstream, "upstream", "", "proxy to this OpenAI-compatible provider URL instead of the built-in mock")
+	fs.StringVar(&f.upstreamKeyEnv, "upstream-key-env", "UPSTREAM_API_KEY", "environment variable holding the provider key sent upstream (the client's key is replaced)")
+	fs.StringVar(&f.redisURL, "redis", "", "share limits through this Redis URL (redis://host:port/db) instead of per-process memory")
+	fs.StringVar(&f.configPath, "config", "", "JSON file: keys to workspaces, workspaces to tiers, model limits, overrides, shadow mode")
+	fs.StringVar(&f.logLevel, "log-level", "info", "zap log level (debug shows refusals)")
+	fs.IntVar(&f.mockWords, "mock-words", 20, "words in each mock answer")
+	fs.DurationVar(&f.mockDelay, "mock-delay", 0, "pause between the mock's streamed chunks")
+	fs.BoolVar(&f.quiet, "quiet", false, "do not print the curl examples")
+	fs.DurationVar(&f.storeTimeout, "store-timeout", llmrate.DefaultStoreTimeout, "bound on each store call; past it the request fails open")
+	fs.DurationVar(&f.redisTimeout, "redis-timeout", 30*time.Millisecond, "bound on each Redis call (keep it below -store-timeout)")
+	fs.Float64Var(&f.leases, "leases", 0, "with -redis: take leases of this share (0 < share <= 0.25) of a busy key's capacity and admit against them locally (0: off)")
+	fs.StringVar(&f.hashKeyEnv, "redis-hash-key-env", "LLMRATE_HASH_KEY", "environment variable holding the secret (at least 16 bytes, the same on every gateway) that keys the names in Redis; unset: a random one for this process alone, logged")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return &f, nil
+}
+
 // run runs the gateway until ctx is done. ready, if not nil, receives the
 // listening address once the gateway accepts connections.
 func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- string) error {
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
-	upstream := fs.String("upstream", "", "proxy to this OpenAI-compatible provider URL instead of the built-in mock")
-	upstreamKeyEnv := fs.String("upstream-key-env", "UPSTREAM_API_KEY", "environment variable holding the provider key sent upstream (the client's key is replaced)")
-	redisURL := fs.String("redis", "", "share limits through this Redis URL (redis://host:port/db) instead of per-process memory")
-	configPath := fs.String("config", "", "JSON file: keys to workspaces, workspaces to tiers, model limits, overrides, shadow mode")
-	logLevel := fs.String("log-level", "info", "zap log level (debug shows refusals)")
-	mockWords := fs.Int("mock-words", 20, "words in each mock answer")
-	mockDelay := fs.Duration("mock-delay", 0, "pause between the mock's streamed chunks")
-	quiet := fs.Bool("quiet", false, "do not print the curl examples")
-	storeTimeout := fs.Duration("store-timeout", llmrate.DefaultStoreTimeout, "bound on each store call; past it the request fails open")
-	redisTimeout := fs.Duration("redis-timeout", 30*time.Millisecond, "bound on each Redis call (keep it below -store-timeout)")
-	leases := fs.Float64("leases", 0, "with -redis: take leases of this share (0 < share <= 0.25) of a busy key's capacity and admit against them locally (0: off)")
-	hashKeyEnv := fs.String("redis-hash-key-env", "LLMRATE_HASH_KEY", "environment variable holding the secret (at least 16 bytes, the same on every gateway) that keys the names in Redis; unset: a random one for this process alone, logged")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	lvl, err := zap.ParseAtomicLevel(*logLevel)
+	f, err := parseFlags(args)
 	if err != nil {
 		return err
 	}
-	zc := zap.NewProductionConfig()
-	zc.Level = lvl
-	zc.OutputPaths, zc.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
-	log, err := zc.Build()
+	log, err := newLogger(f.logLevel)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
 
-	cfg, tiers, err := loadConfig(*configPath)
+	opts, err := limiterOptions(f, log)
 	if err != nil {
 		return err
+	}
+	storeOpts, closeStore, err := storeOptions(ctx, f.redisURL, f.redisTimeout, f.leases, f.hashKeyEnv, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	opts = append(opts, storeOpts...)
+	lim, err := llmrate.New(opts...)
+	if err != nil {
+		return err
+	}
+
+	provider := http.Handler(&mockProvider{words: f.mockWords, delay: f.mockDelay})
+	if f.upstream != "" {
+		if provider, err = reverseProxy(f.upstream, os.Getenv(f.upstreamKeyEnv)); err != nil {
+			return err
+		}
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", lim.Middleware(provider))
+	mux.Handle("GET /platform/v1/limits", lim.LimitsHandler())
+	mux.Handle("/platform/v1/limits", lim.LimitsHandler()) // 405 for other methods
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	addr := ln.Addr().String()
+	backend := "built-in mock provider"
+	if f.upstream != "" {
+		backend = f.upstream
+	}
+	storeName := "memory (per process)"
+	if f.redisURL != "" {
+		storeName = "redis (shared)"
+	}
+	log.Info("gateway listening", zap.String("addr", addr), zap.String("provider", backend), zap.String("store", storeName))
+	if !f.quiet {
+		printTry(stdout, addr, backend, storeName)
+	}
+	return serve(ctx, srv, ln, ready, lim, log)
+}
+
+// limiterOptions are the limiter's options from the flags and the config
+// file, the store's aside.
+func limiterOptions(f *gatewayFlags, log *zap.Logger) ([]llmrate.Option, error) {
+	cfg, tiers, err := loadConfig(f.configPath)
+	if err != nil {
+		return nil, err
 	}
 	opts := []llmrate.Option{
 		llmrate.WithLogger(log),
@@ -150,68 +222,18 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 			return k, nil
 		}))
 	}
-	policies, err := policyOptions(*configPath, cfg)
+	policies, err := policyOptions(f.configPath, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	opts = append(opts, policies...)
-	opts = append(opts, llmrate.WithStoreTimeout(*storeTimeout))
-	storeOpts, closeStore, err := storeOptions(ctx, *redisURL, *redisTimeout, *leases, *hashKeyEnv, log)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	opts = append(opts, storeOpts...)
-	lim, err := llmrate.New(opts...)
-	if err != nil {
-		return err
-	}
+	opts = append(opts, llmrate.WithStoreTimeout(f.storeTimeout))
+	return opts, nil
+}
 
-	var provider http.Handler
-	if *upstream == "" {
-		provider = &mockProvider{words: *mockWords, delay: *mockDelay}
-	} else {
-		u, err := url.Parse(*upstream)
-		if err != nil || u.Scheme == "" || u.Host == "" {
-			return fmt.Errorf("-upstream %q: want an absolute URL like https://api.openai.com", *upstream)
-		}
-		providerKey := os.Getenv(*upstreamKeyEnv)
-		provider = &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.SetURL(u)
-				pr.Out.Header.Del("X-Api-Key")
-				pr.Out.Header.Del("Authorization")
-				if providerKey != "" {
-					pr.Out.Header.Set("Authorization", "Bearer "+providerKey)
-				}
-			},
-			FlushInterval: -1,
-		}
-	}
-
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", lim.Middleware(provider))
-	mux.Handle("GET /platform/v1/limits", lim.LimitsHandler())
-	mux.Handle("/platform/v1/limits", lim.LimitsHandler()) // 405 for other methods
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	addr := ln.Addr().String()
-	backend := "built-in mock provider"
-	if *upstream != "" {
-		backend = *upstream
-	}
-	storeName := "memory (per process)"
-	if *redisURL != "" {
-		storeName = "redis (shared)"
-	}
-	log.Info("gateway listening", zap.String("addr", addr), zap.String("provider", backend), zap.String("store", storeName))
-	if !*quiet {
-		fmt.Fprintf(stdout, `llmrate gateway on http://%[1]s in front of the %[2]s (store: %[3]s)
+// printTry prints the curl commands that try the gateway at addr.
+func printTry(stdout io.Writer, addr, backend, storeName string) {
+	fmt.Fprintf(stdout, `llmrate gateway on http://%[1]s in front of the %[2]s (store: %[3]s)
 
 Try:
   curl -s http://%[1]s/v1/chat/completions -H 'Authorization: Bearer sk-demo' -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}'
@@ -222,11 +244,16 @@ Try:
      refills one request every 0.6 s, so a slower loop sees a few more admitted)
 
 `, addr, backend, storeName)
-	}
+}
+
+// serve serves ln until ctx is done, then shuts srv down and closes lim
+// (which applies the reconciles still queued and returns the store's
+// leases). ready, if not nil, receives the listening address first.
+func serve(ctx context.Context, srv *http.Server, ln net.Listener, ready chan<- string, lim *llmrate.Limiter, log *zap.Logger) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	if ready != nil {
-		ready <- addr
+		ready <- ln.Addr().String()
 	}
 	select {
 	case err := <-errc:
@@ -242,6 +269,37 @@ Try:
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	// Apply the reconciles still queued and return the store's leases.
 	return lim.Close(sctx)
+}
+
+// newLogger returns a production zap logger on stderr at level.
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zap.ParseAtomicLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = lvl
+	zc.OutputPaths, zc.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
+	return zc.Build()
+}
+
+// reverseProxy forwards to the provider at upstream, replacing the client's
+// key by providerKey (none when "") and flushing streamed chunks at once.
+func reverseProxy(upstream, providerKey string) (http.Handler, error) {
+	u, err := url.Parse(upstream)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("-upstream %q: want an absolute URL like https://api.openai.com", upstream)
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Header.Del("X-Api-Key")
+			pr.Out.Header.Del("Authorization")
+			if providerKey != "" {
+				pr.Out.Header.Set("Authorization", "Bearer "+providerKey)
+			}
+		},
+		FlushInterval: -1,
+	}, nil
 }
