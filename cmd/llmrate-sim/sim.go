@@ -84,49 +84,63 @@ func Simulate(reqs []Request, tt llmrate.TierTable, models llmrate.ModelLimits) 
 	}
 	for _, q := range reqs {
 		now = start.Add(time.Duration(q.T * float64(time.Second)))
-		ws := q.Workspace
-		if ws == "" {
-			ws = q.Key
-		}
-		est := q.Estimate
-		if est == 0 {
-			est = max(1, q.Tokens)
-		}
-		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
-		r.ContentLength = 4 * est
-		r.Header.Set("Authorization", "Bearer "+q.Key)
-		r.Header.Set("X-Workspace", ws)
-		r.Header.Set("X-Tokens", strconv.FormatInt(q.Tokens, 10))
-		r.Header.Set("X-Model", q.Model)
 		w := httptest.NewRecorder()
 		res.decided = false
-		h.ServeHTTP(w, r)
-		sec := int(q.T)
-		res.Offered++
-		res.OfferedTokens += q.Tokens
-		res.OfferedRPS[sec]++
-		res.OfferedTPS[sec] += float64(q.Tokens)
-		switch {
-		case w.Code == http.StatusOK:
-			res.Admitted++
-			res.AdmittedTokens += q.Tokens
-			res.AdmittedRPS[sec]++
-			res.AdmittedTPS[sec] += float64(q.Tokens)
-		case w.Code == http.StatusTooManyRequests && res.decided:
-			res.RefusedBy[res.lastDecision.Refused.String()]++
-			if res.lastDecision.NeverFits {
-				res.NeverFits++
-			}
-			ra, _ := strconv.Atoi(w.Header().Get("Retry-After"))
-			res.RetryAfter[ra]++
-		default:
-			return nil, fmt.Errorf("unexpected status %d at t=%v", w.Code, q.T)
-		}
-		if len(models) > 0 && res.decided {
-			res.countModel(res.lastDecision.Model, models, sec, w.Code == http.StatusOK)
+		h.ServeHTTP(w, q.httpRequest())
+		if err := res.count(q, w, models); err != nil {
+			return nil, err
 		}
 	}
 	return res, nil
+}
+
+// httpRequest is q as the simulated client sends it: its estimate as the
+// body's length (4 bytes a token), its usage in X-Tokens for the provider.
+func (q Request) httpRequest() *http.Request {
+	ws := q.Workspace
+	if ws == "" {
+		ws = q.Key
+	}
+	est := q.Estimate
+	if est == 0 {
+		est = max(1, q.Tokens)
+	}
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	r.ContentLength = 4 * est
+	r.Header.Set("Authorization", "Bearer "+q.Key)
+	r.Header.Set("X-Workspace", ws)
+	r.Header.Set("X-Tokens", strconv.FormatInt(q.Tokens, 10))
+	r.Header.Set("X-Model", q.Model)
+	return r
+}
+
+// count adds q's outcome, answered w, to r.
+func (r *Result) count(q Request, w *httptest.ResponseRecorder, models llmrate.ModelLimits) error {
+	sec := int(q.T)
+	r.Offered++
+	r.OfferedTokens += q.Tokens
+	r.OfferedRPS[sec]++
+	r.OfferedTPS[sec] += float64(q.Tokens)
+	switch {
+	case w.Code == http.StatusOK:
+		r.Admitted++
+		r.AdmittedTokens += q.Tokens
+		r.AdmittedRPS[sec]++
+		r.AdmittedTPS[sec] += float64(q.Tokens)
+	case w.Code == http.StatusTooManyRequests && r.decided:
+		r.RefusedBy[r.lastDecision.Refused.String()]++
+		if r.lastDecision.NeverFits {
+			r.NeverFits++
+		}
+		ra, _ := strconv.Atoi(w.Header().Get("Retry-After"))
+		r.RetryAfter[ra]++
+	default:
+		return fmt.Errorf("unexpected status %d at t=%v", w.Code, q.T)
+	}
+	if len(models) > 0 && r.decided {
+		r.countModel(r.lastDecision.Model, models, sec, w.Code == http.StatusOK)
+	}
+	return nil
 }
 
 func (r *Result) countModel(entry string, models llmrate.ModelLimits, sec int, admitted bool) {
