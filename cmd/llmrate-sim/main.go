@@ -73,40 +73,19 @@ func run(args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	tier, err := llmrate.ParseTier(*tierName)
+	tier, lim, err := figures(*tierName, *rpm, *tpm)
 	if err != nil {
 		return err
 	}
-	tt := llmrate.DefaultTiers()
-	lim := tt.For(tier)
-	if *rpm > 0 {
-		lim.RequestsPerMinute = *rpm
-	}
-	if *tpm > 0 {
-		lim.TokensPerMinute = *tpm
-	}
-	tt = llmrate.TierTable{Free: lim, Developer: lim, Team: lim, Growth: lim, Scale: lim, Enterprise: lim}
+	tt := llmrate.TierTable{Free: lim, Developer: lim, Team: lim, Growth: lim, Scale: lim, Enterprise: lim}
 	models, err := parseModelLimits(*modelFlag)
 	if err != nil {
 		return err
 	}
 
-	var reqs []Request
-	if *trace != "" {
-		if reqs, err = readTrace(*trace); err != nil {
-			return err
-		}
-	} else {
-		if *rps <= 0 || *keys < 1 || *duration <= 0 || *tokens < 1 {
-			return errors.New("-rps, -keys, -duration and -tokens must be positive")
-		}
-		reqs = generate(*rps, *tokens, *keys, *workspaces, *duration)
-		if *genModels != "" {
-			names := strings.Split(*genModels, ",")
-			for i := range reqs {
-				reqs[i].Model = strings.TrimSpace(names[i%len(names)])
-			}
-		}
+	reqs, err := workload(*trace, *rps, *tokens, *keys, *workspaces, *duration, *genModels)
+	if err != nil {
+		return err
 	}
 	res, err := Simulate(reqs, tt, models)
 	if err != nil {
@@ -121,6 +100,42 @@ func run(args []string, out io.Writer) error {
 		fmt.Fprintf(out, "plot written to %s\n", *svgPath)
 	}
 	return nil
+}
+
+// figures returns the tier named tierName and its figures, with rpm and tpm
+// (when positive) in place of the tier's own.
+func figures(tierName string, rpm, tpm int64) (llmrate.Tier, llmrate.Limits, error) {
+	tier, err := llmrate.ParseTier(tierName)
+	if err != nil {
+		return 0, llmrate.Limits{}, err
+	}
+	lim := llmrate.DefaultTiers().For(tier)
+	if rpm > 0 {
+		lim.RequestsPerMinute = rpm
+	}
+	if tpm > 0 {
+		lim.TokensPerMinute = tpm
+	}
+	return tier, lim, nil
+}
+
+// workload returns the requests to replay: the trace at path, else a
+// generated workload (models, comma-separated, assigned round-robin).
+func workload(path string, rps float64, tokens int64, keys, workspaces int, duration time.Duration, models string) ([]Request, error) {
+	if path != "" {
+		return readTrace(path)
+	}
+	if rps <= 0 || keys < 1 || duration <= 0 || tokens < 1 {
+		return nil, errors.New("-rps, -keys, -duration and -tokens must be positive")
+	}
+	reqs := generate(rps, tokens, keys, workspaces, duration)
+	if models != "" {
+		names := strings.Split(models, ",")
+		for i := range reqs {
+			reqs[i].Model = strings.TrimSpace(names[i%len(names)])
+		}
+	}
+	return reqs, nil
 }
 
 func readTrace(path string) ([]Request, error) {
