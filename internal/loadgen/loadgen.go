@@ -64,13 +64,10 @@ func Run(ctx context.Context, cfg Config) Result {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}, Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
 	var (
-		res     Result
-		mu      sync.Mutex
+		t       = tally{byWS: map[string]int64{}}
 		next    atomic.Int64
-		maxLat  atomic.Int64
 		oneT    sync.Once
 		twoT    sync.Once
-		byWS    = map[string]int64{}
 		wg      sync.WaitGroup
 		started = time.Now()
 	)
@@ -94,46 +91,62 @@ func Run(ctx context.Context, cfg Config) Result {
 				}
 				k := r.IntN(cfg.Keys)
 				target := cfg.Targets[i%int64(len(cfg.Targets))]
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/chat/completions", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+Key(k))
-				req.Header.Set("Content-Type", "application/json")
-				t0 := time.Now()
-				resp, err := client.Do(req)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-				}
-				lat := time.Since(t0)
-				for {
-					m := maxLat.Load()
-					if int64(lat) <= m || maxLat.CompareAndSwap(m, int64(lat)) {
-						break
-					}
-				}
-				mu.Lock()
-				res.Sent++
-				switch {
-				case err != nil:
-					res.TransportErrors++
-				case resp.StatusCode == http.StatusOK:
-					res.OK++
-					byWS[Workspace(k, cfg.Workspaces)]++
-				case resp.StatusCode == http.StatusTooManyRequests:
-					res.Refused++
-				case resp.StatusCode >= 500:
-					res.ServerErrors++
-				default:
-					res.OtherStatus++
-				}
-				mu.Unlock()
+				code, lat, err := send(ctx, client, target, Key(k), body)
+				t.add(code, err, k, cfg.Workspaces, lat)
 			}
 		})
 	}
 	wg.Wait()
-	res.Elapsed = time.Since(started)
-	res.MaxLatency = time.Duration(maxLat.Load())
-	res.AdmittedByWorkspace = byWS
-	return res
+	t.res.Elapsed = time.Since(started)
+	t.res.MaxLatency = t.maxLat
+	t.res.AdmittedByWorkspace = t.byWS
+	return t.res
+}
+
+// send posts one chat completion with key to target and reads the whole
+// response; it returns the status, the time taken and the transport error.
+func send(ctx context.Context, client *http.Client, target, key, body string) (int, time.Duration, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, time.Since(t0), err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, time.Since(t0), nil
+}
+
+// tally counts the responses of every sender.
+type tally struct {
+	mu     sync.Mutex
+	res    Result
+	byWS   map[string]int64
+	maxLat time.Duration
+}
+
+// add counts one response (code, or the transport error err) to a request
+// of key k, out of workspaces, that took lat.
+func (t *tally) add(code int, err error, k, workspaces int, lat time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.maxLat = max(t.maxLat, lat)
+	t.res.Sent++
+	switch {
+	case err != nil:
+		t.res.TransportErrors++
+	case code == http.StatusOK:
+		t.res.OK++
+		t.byWS[Workspace(k, workspaces)]++
+	case code == http.StatusTooManyRequests:
+		t.res.Refused++
+	case code >= 500:
+		t.res.ServerErrors++
+	default:
+		t.res.OtherStatus++
+	}
 }
 
 // ConfigJSON returns a gateway -config file mapping the keys to their
