@@ -29,8 +29,10 @@ type Config struct {
 	AtThird, AtTwoThirds func()
 }
 
-// Key returns the i-th key; Workspace its workspace.
-func Key(i int) string                   { return fmt.Sprintf("sk-load-%04d", i) }
+// Key returns the i-th key.
+func Key(i int) string { return fmt.Sprintf("sk-load-%04d", i) }
+
+// Workspace returns the workspace of the i-th key, out of workspaces.
 func Workspace(i, workspaces int) string { return fmt.Sprintf("ws-%02d", i%workspaces) }
 
 // Result is what came back.
@@ -41,6 +43,7 @@ type Result struct {
 	Elapsed                                                       time.Duration
 }
 
+// String summarises r on one line.
 func (r Result) String() string {
 	ws := make([]string, 0, len(r.AdmittedByWorkspace))
 	for w := range r.AdmittedByWorkspace {
