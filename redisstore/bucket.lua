@@ -109,6 +109,24 @@ local function store(key, e, rrate, trate)
   redis.call("SET", key, struct.pack(FMT, e[1], e[2], e[3], e[4], e[5]), "PX", px)
 end
 
+-- first_refused returns the first bucket, in admission order (0 key
+-- requests, 1 key tokens, 2 workspace requests, 3 workspace tokens), without
+-- room for one request and n tokens; -1 when all four have room. Written
+-- out, not looped over a table of tables: this is the hot path of every
+-- admission.
+local function first_refused(k, w, n)
+  if k[2] < 1 then
+    return 0
+  elseif k[4] < n then
+    return 1
+  elseif w[2] < 1 then
+    return 2
+  elseif w[4] < n then
+    return 3
+  end
+  return -1
+end
+
 -- longest_wait is a refused request's wait, in whole seconds, and never
 -- (1 when it can never fit): the longest of its four buckets' waits for one
 -- request and n tokens.
@@ -137,19 +155,7 @@ local function admit_one(kkey, wkey, now, a, o)
   local w = load(wkey, now, wrr, wtr)
   local k = w
   if not solo then k = load(kkey, now, krr, ktr) end
-  -- The four buckets in admission order: key requests, key tokens,
-  -- workspace requests, workspace tokens. Written out, not looped over a
-  -- table of tables: this is the hot path of every admission.
-  local refused = -1
-  if k[2] < 1 then
-    refused = 0
-  elseif k[4] < n then
-    refused = 1
-  elseif w[2] < 1 then
-    refused = 2
-  elseif w[4] < n then
-    refused = 3
-  end
+  local refused = first_refused(k, w, n)
   if refused < 0 then
     k[2] = k[2] - 1
     k[4] = k[4] - n

@@ -30,16 +30,7 @@ if n < 0 then -- a return only
   return {1, 0, 0, 0, k[2], k[4], w[2], w[4], 0, 0, 0, 0}
 end
 
-local refused = -1
-if k[2] < 1 then
-  refused = 0
-elseif k[4] < n then
-  refused = 1
-elseif w[2] < 1 then
-  refused = 2
-elseif w[4] < n then
-  refused = 3
-end
+local refused = first_refused(k, w, n)
 if refused >= 0 then
   save(kl[3], wl[3])
   local retry, never = longest_wait(k, w, n, krr, ktr, wrr, wtr)
