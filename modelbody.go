@@ -191,37 +191,22 @@ func scanTopModel(b []byte) (v []byte, complete bool) {
 		return nil, skipSpace(b, i+1) == len(b)
 	}
 	for {
-		if i >= len(b) || b[i] != '"' {
-			return v, false
-		}
-		kEnd, ok := skipString(b, i)
+		kEnd, vStart, ok := skipMemberName(b, i)
 		if !ok {
 			return v, false
 		}
-		key := b[i:kEnd]
-		i = skipSpace(b, kEnd)
-		if i >= len(b) || b[i] != ':' {
-			return v, false
-		}
-		i = skipSpace(b, i+1)
-		vEnd, ok := skipValue(b, i, 1)
+		vEnd, ok := skipValue(b, vStart, 1)
 		if !ok {
 			return v, false
 		}
-		if isModelKey(key) {
-			v = b[i:vEnd]
+		if isModelKey(b[i:kEnd]) {
+			v = b[vStart:vEnd]
 		}
-		i = skipSpace(b, vEnd)
-		if i >= len(b) {
+		var more bool
+		if i, more, ok = afterElement(b, vEnd, '}'); !ok {
 			return v, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return v, skipSpace(b, i+1) == len(b)
-		default:
-			return v, false
+		} else if !more {
+			return v, skipSpace(b, i) == len(b)
 		}
 	}
 }
@@ -283,45 +268,52 @@ func skipContainer(b []byte, i, depth int, end byte) (int, bool) {
 		return i + 1, true
 	}
 	for {
-		var ok bool
+		var ok, more bool
 		if end == '}' {
-			if i, ok = skipMemberName(b, i); !ok {
+			if _, i, ok = skipMemberName(b, i); !ok {
 				return i, false
 			}
 		}
 		if i, ok = skipValue(b, i, depth); !ok {
 			return i, false
 		}
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return i, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case end:
-			return i + 1, true
-		default:
-			return i, false
+		if i, more, ok = afterElement(b, i, end); !ok || !more {
+			return i, ok
 		}
 	}
 }
 
-// skipMemberName skips an object member's name, its colon and the space
-// around it, returning where the member's value starts.
-func skipMemberName(b []byte, i int) (int, bool) {
-	if i >= len(b) || b[i] != '"' {
-		return i, false
-	}
-	i, ok := skipString(b, i)
-	if !ok {
-		return i, false
-	}
+// afterElement skips what follows a member or element of a container
+// closed by end, from b[i]: a comma (more: the next one starts at next) or
+// end itself (next is just past it). ok is false when neither follows.
+func afterElement(b []byte, i int, end byte) (next int, more, ok bool) {
 	i = skipSpace(b, i)
-	if i >= len(b) || b[i] != ':' {
-		return i, false
+	if i >= len(b) {
+		return i, false, false
 	}
-	return skipSpace(b, i+1), true
+	switch b[i] {
+	case ',':
+		return skipSpace(b, i+1), true, true
+	case end:
+		return i + 1, false, true
+	}
+	return i, false, false
+}
+
+// skipMemberName skips the object member's name at b[i], its colon and the
+// space around it: the name ends at nameEnd, the value starts at value.
+func skipMemberName(b []byte, i int) (nameEnd, value int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return i, i, false
+	}
+	if nameEnd, ok = skipString(b, i); !ok {
+		return nameEnd, nameEnd, false
+	}
+	i = skipSpace(b, nameEnd)
+	if i >= len(b) || b[i] != ':' {
+		return nameEnd, i, false
+	}
+	return nameEnd, skipSpace(b, i+1), true
 }
 
 // maxModelDepth is encoding/json's nesting limit: a document nested deeper
