@@ -263,7 +263,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if c.leasesSet {
 		id := make([]byte, 8)
 		_, _ = rand.Read(id) // never fails (crypto/rand)
-		s.leases = &leaser{share: c.leases, id: hex.EncodeToString(id), held: map[string]*lease{}, stop: make(chan struct{})}
+		s.leases = &leaser{share: c.leases, id: hex.EncodeToString(id), held: map[string]*group{}, stop: make(chan struct{})}
 	}
 	if c.batchSet {
 		s.batch = &batcher{max: c.batch}
