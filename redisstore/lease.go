@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmrate/llmrate"
@@ -26,13 +27,18 @@ var (
 
 // Lease timing. A lease unused for leaseIdle is returned by the store's
 // returner, which looks every leaseTick, so within leaseIdle+leaseTick of
-// its last use; a lease lives at most leaseLife in Redis and is used at most
-// until leaseLife after its request was sent, so a process that dies
-// strands its lease for at most leaseLife.
+// its last use. Its record lives leaseLife in Redis, but the process uses
+// it only for leaseUse after its request was sent, so that a lease in use
+// is renewed (and its unused part credited back) while its record is still
+// there: its last use is before leaseUse, and it is renewed or returned
+// within leaseIdle+leaseTick of that, before leaseLife. Only a process that
+// stalls that long, or dies, lets a record expire; its unused part is then
+// lost to the bucket, which refills as usual.
 const (
 	leaseIdle = 750 * time.Millisecond
 	leaseTick = 250 * time.Millisecond
 	leaseLife = 3 * time.Second
+	leaseUse  = leaseLife - leaseIdle - leaseTick
 )
 
 // WithLeases lets each process take, in one round trip, a lease of up to
@@ -44,11 +50,15 @@ const (
 //
 // Leases are debited in Redis up front, and a bucket in Redis refills only
 // up to its capacity less the capacity out on lease, so the processes
-// together never admit more than one exact limit would. The price is
-// capacity stranded in other processes' unused leases: at most
-// processes × share × capacity per bucket, returned once a lease has been
-// unused for about a second (at most leaseIdle + leaseTick), when it
-// expires (3 s after it was taken, also if its process died) or at Close.
+// together never admit more than one exact limit would. A process holds at
+// most one lease per bucket: one per key, and one per workspace shared by
+// all its keys there. The price is capacity stranded in other processes'
+// unused leases: at most processes × share × capacity per bucket, however
+// many keys each process serves, returned once a lease has been unused for
+// about a second (at most leaseIdle + leaseTick) or at Close, which waits
+// for renewals in flight. A lease's record expires 3 s after it was taken;
+// a process that dies (or stalls past that) loses its unused part, which
+// the bucket then refills as usual.
 // A request refused meanwhile gets the Retry-After computed from the Redis
 // level, as without leases: it counts neither the capacity other processes
 // hold (which may come back sooner) nor leases still out when it expires;
@@ -84,6 +94,8 @@ type leaser struct {
 	fmu     sync.Mutex
 	closing bool           // set by Close: no renewal starts after it
 	flying  sync.WaitGroup // renewals in flight, which Close waits for
+
+	local atomic.Int64 // admissions decided on a lease
 }
 
 // part is one entry's lease (its requests and tokens buckets).
@@ -109,7 +121,7 @@ func (p *part) take(now time.Time, n int64) {
 
 // set installs a lease granted under lim (zero: none).
 func (p *part) set(lim llmrate.Limits, granted, level [2]int64, now time.Time) {
-	p.lim, p.left, p.gross, p.used, p.until = lim, granted, granted, now, now.Add(leaseLife)
+	p.lim, p.left, p.gross, p.used, p.until = lim, granted, granted, now, now.Add(leaseUse)
 	p.level = [2]int64{level[0] - granted[0], level[1] - granted[1]}
 }
 
@@ -223,6 +235,7 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 				d.Remaining[2+b] = g.ws.level[b] + g.ws.left[b]
 			}
 			g.mu.Unlock()
+			s.leases.local.Add(1)
 			return d, nil
 		}
 		if ready := g.ready; ready != nil {
