@@ -58,14 +58,19 @@ const (
 // about a second (at most leaseIdle + leaseTick) or at Close, which waits
 // for renewals in flight. A lease's record expires 3 s after it was taken;
 // a process that dies (or stalls past that) loses its unused part, which
-// the bucket then refills as usual.
+// the bucket then refills as usual. Once leases are back, a bucket may hold
+// up to processes × share × capacity less than an exact one until it
+// refills: a lease's used part kept it from refilling past capacity less
+// the lease.
+//
 // A request refused meanwhile gets the Retry-After computed from the Redis
 // level, as without leases: it counts neither the capacity other processes
 // hold (which may come back sooner) nor leases still out when it expires;
 // while the held capacity is the only room left, a request is refused that
 // one exact limit would have admitted.
 //
-// Reconciles go to Redis as without leases. Every process sharing the
+// A reconcile that a key's and its workspace's leases can absorb is applied
+// to them; any other goes to Redis as without leases. Every process sharing the
 // buckets must use leases, or none: a process without them does not see
 // the capacity out on lease. The store then runs a goroutine that returns
 // idle leases; Close stops it and returns every lease.

@@ -491,3 +491,40 @@ func TestLeasesCloseWaitsForRenewal(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(200-3), d.Remaining[llmrate.WorkspaceRequests], "requests left after Close: the lease granted during Close was not returned")
 }
+
+// TestLeasesManyKeysConcurrent: three stores, four keys of one Free
+// workspace, 400 concurrent one-token requests at one instant: at most the
+// workspace's exact 200, and at least 200 less what three processes' one
+// workspace lease each can strand (however many keys each serves).
+func TestLeasesManyKeysConcurrent(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	free := llmrate.DefaultTiers().Free
+	kl := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000_000}
+	for _, share := range []float64{0.1, 0.25} {
+		t.Run(strconv.FormatFloat(share, 'f', -1, 64), func(t *testing.T) {
+			now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+			stores := sharedStores(t, c, 3, share, func() time.Time { return now })
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 400 {
+				wg.Go(func() {
+					key := "sk-" + strconv.Itoa(i%4)
+					d, err := stores[i%3].Admit(context.Background(), llmrate.AdmitRequest{Key: key, Workspace: "ws", KeyLimits: kl, WorkspaceLimits: free, Tokens: 1, Now: now})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			floor := 200 - 3*int64(share*200)
+			t.Logf("share %v: %d of 400 admitted (bound: %d..200)", share, admitted.Load(), floor)
+			assert.LessOrEqual(t, admitted.Load(), int64(200))
+			assert.GreaterOrEqual(t, admitted.Load(), floor)
+		})
+	}
+}
