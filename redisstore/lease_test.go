@@ -528,3 +528,44 @@ func TestLeasesManyKeysConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestLeasesForeignDebtBounded pins the one documented exception to "never
+// more than exact": a reconcile through another process that leaves the
+// bucket in debt does not reach this process's lease, which admits at most
+// its unused part (share × capacity) past the exact limit, then sees the
+// debt.
+func TestLeasesForeignDebtBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	ctx := context.Background()
+	clk := storetest.NewClock()
+	ss := sharedStores(t, c, 2, 0.25, clk.Now)
+	ref := llmrate.NewMemoryStore()
+	lim := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 10_000} // capacity 20,000 tokens: a lease of 5,000
+	req := llmrate.AdmitRequest{Key: "sk-d", Workspace: "sk-d", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 100, Solo: true, Now: clk.Now()}
+	over := int64(0)
+	admit := func(p int) bool {
+		d, err := ss[p].Admit(ctx, req)
+		require.NoError(t, err)
+		if d.Allowed {
+			if want, _ := ref.Admit(ctx, req); !want.Allowed {
+				over += req.Tokens
+			}
+		}
+		return d.Allowed
+	}
+	require.True(t, admit(0))
+	require.True(t, admit(0)) // busy: process 0 takes a lease
+	require.True(t, admit(1))
+	rr := llmrate.ReconcileRequest{Key: "sk-d", Workspace: "sk-d", KeyLimits: lim, WorkspaceLimits: lim, Estimate: 100, Actual: 40_000, Solo: true, Now: clk.Now()}
+	require.NoError(t, ss[1].Reconcile(ctx, rr)) // the bucket is deep in debt
+	require.NoError(t, ref.Reconcile(ctx, rr))
+	n := 0
+	for admit(0) {
+		n++
+		require.Less(t, n, 1000, "process 0 never sees the debt")
+	}
+	t.Logf("%d tokens admitted past the exact limit", over)
+	assert.LessOrEqual(t, over, int64(5000), "more than the lease's share × capacity past the exact limit")
+	assert.False(t, admit(1), "the debt is seen through Redis")
+}

@@ -44,7 +44,10 @@
 // comes back when a lease is idle (within a second) or its store is closed
 // (Close waits for renewals in flight). A process that dies loses its
 // leases' unused parts when they expire, 3 s after they were taken; the
-// buckets then refill as usual. Meanwhile a request that one exact limit would admit may be
+// buckets then refill as usual. One exception to the bound: a reconcile
+// that leaves a bucket in debt does not reach other processes' leases,
+// which may still admit their unused parts (at most (N − 1) × share ×
+// capacity) until they next go to Redis, within 2 s. Meanwhile a request that one exact limit would admit may be
 // refused; its Retry-After is computed from the Redis level as without
 // leases, so it counts neither that held capacity (which may come back
 // sooner) nor the leases still out when it expires (a retry then may be
