@@ -157,6 +157,7 @@ type keyLease struct {
 	part
 	wl    llmrate.Limits // the workspace figures of its last call
 	redis time.Time      // last admission through Redis
+	ready chan struct{}  // non-nil while a call that takes no lease is in flight; closed after
 }
 
 // localNow is the lease clock: WithClock's when set (the scripts use it
@@ -247,10 +248,15 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 			s.leases.local.Add(1)
 			return d, nil
 		}
-		if ready := g.ready; ready != nil {
-			// A renewal of this workspace's lease is in flight: wait for
-			// it, then look again, so that this process never asks Redis
-			// while its own lease still holds room.
+		ready := g.ready
+		if ready == nil {
+			ready = kl.ready
+		}
+		if ready != nil {
+			// A renewal of this workspace's leases, or a Redis call for
+			// this key, is in flight: wait for it, then look again, so
+			// that this process never asks Redis while its own lease still
+			// holds room, nor takes a key's first lease twice.
 			g.mu.Unlock()
 			select {
 			case <-ready:
@@ -270,35 +276,41 @@ func (s *Store) renew(ctx context.Context, g *group, kl *keyLease, k, w string, 
 	since := now.Sub(kl.redis)
 	busy := !kl.redis.IsZero() && since >= 0 && since < time.Second
 	kl.redis = now
+	if !busy { // no lease taken, the ones held stay; this key's other callers wait
+		ready := make(chan struct{})
+		kl.ready = ready
+		g.mu.Unlock()
+		d, err := s.admitPlain(ctx, k, w, r)
+		g.mu.Lock()
+		kl.ready = nil
+		close(ready)
+		g.mu.Unlock()
+		return d, err
+	}
 	if !s.leases.enter() { // closing
 		g.mu.Unlock()
 		return s.admitPlain(ctx, k, w, r)
 	}
 	defer s.leases.flying.Done()
 	var ret [4]int64
-	wown, kown := "", ""
-	if busy {
-		wown = s.leases.id
-		wr := g.ws.out()
-		ret[2], ret[3] = wr[0], wr[1]
-		if !r.Solo {
-			kown = s.leases.id
-			kr := kl.out()
-			ret[0], ret[1] = kr[0], kr[1]
-		}
-	} else {
-		want = [4]int64{} // not busy: no lease, and the ones held stay
+	kown := ""
+	wr := g.ws.out()
+	ret[2], ret[3] = wr[0], wr[1]
+	if !r.Solo {
+		kown = s.leases.id
+		kr := kl.out()
+		ret[0], ret[1] = kr[0], kr[1]
 	}
-	// Other callers of this workspace wait for this call (see admitLeased).
+	// Every caller of this workspace waits for this call (see admitLeased).
 	ready := make(chan struct{})
 	g.ready = ready
 	g.mu.Unlock()
 
-	d, granted, err := s.runLease(ctx, wown, kown, k, w, r.Tokens, r.KeyLimits, r.WorkspaceLimits, r.Solo, want, ret)
+	d, granted, err := s.runLease(ctx, s.leases.id, kown, k, w, r.Tokens, r.KeyLimits, r.WorkspaceLimits, r.Solo, want, ret)
 	g.mu.Lock()
 	g.ready = nil
 	close(ready)
-	if err == nil && busy {
+	if err == nil {
 		rem := d.Remaining
 		g.ws.set(r.WorkspaceLimits, [2]int64{granted[2], granted[3]}, [2]int64{rem[2], rem[3]}, now)
 		if !r.Solo {
