@@ -10,3 +10,6 @@ import (
 func (s *Store) ReturnIdleLeases(ctx context.Context, idleSince time.Time) error {
 	return s.returnLeases(ctx, idleSince)
 }
+
+// Leased is the number of admissions decided on a lease.
+func (s *Store) Leased() int { return int(s.leases.local.Load()) }

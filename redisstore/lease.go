@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmrate/llmrate"
@@ -26,13 +27,18 @@ var (
 
 // Lease timing. A lease unused for leaseIdle is returned by the store's
 // returner, which looks every leaseTick, so within leaseIdle+leaseTick of
-// its last use; a lease lives at most leaseLife in Redis and is used at most
-// until leaseLife after its request was sent, so a process that dies
-// strands its lease for at most leaseLife.
+// its last use. Its record lives leaseLife in Redis, but the process uses
+// it only for leaseUse after its request was sent, so that a lease in use
+// is renewed (and its unused part credited back) while its record is still
+// there: its last use is before leaseUse, and it is renewed or returned
+// within leaseIdle+leaseTick of that, before leaseLife. Only a process that
+// stalls that long, or dies, lets a record expire; its unused part is then
+// lost to the bucket, which refills as usual.
 const (
 	leaseIdle = 750 * time.Millisecond
 	leaseTick = 250 * time.Millisecond
 	leaseLife = 3 * time.Second
+	leaseUse  = leaseLife - leaseIdle - leaseTick
 )
 
 // WithLeases lets each process take, in one round trip, a lease of up to
@@ -44,18 +50,31 @@ const (
 //
 // Leases are debited in Redis up front, and a bucket in Redis refills only
 // up to its capacity less the capacity out on lease, so the processes
-// together never admit more than one exact limit would. The price is
-// capacity stranded in other processes' unused leases: at most
-// processes × share × capacity per bucket, returned once a lease has been
-// unused for about a second (at most leaseIdle + leaseTick), when it
-// expires (3 s after it was taken, also if its process died) or at Close.
+// together never admit more than one exact limit would. A process holds at
+// most one lease per bucket: one per key, and one per workspace shared by
+// all its keys there. The price is capacity stranded in other processes'
+// unused leases: at most processes × share × capacity per bucket, however
+// many keys each process serves, returned once a lease has been unused for
+// about a second (at most leaseIdle + leaseTick) or at Close, which waits
+// for renewals in flight. A lease's record expires 3 s after it was taken;
+// a process that dies (or stalls past that) loses its unused part, which
+// the bucket then refills as usual. Once leases are back, a bucket may hold
+// up to processes × share × capacity less than an exact one until it
+// refills: a lease's used part kept it from refilling past capacity less
+// the lease.
+//
 // A request refused meanwhile gets the Retry-After computed from the Redis
 // level, as without leases: it counts neither the capacity other processes
 // hold (which may come back sooner) nor leases still out when it expires;
 // while the held capacity is the only room left, a request is refused that
 // one exact limit would have admitted.
 //
-// Reconciles go to Redis as without leases. Every process sharing the
+// A reconcile that a key's and its workspace's leases can absorb is applied
+// to them; any other goes to Redis as without leases, returning this
+// process's leases of the key and workspace first. It does not reach other
+// processes' leases: when it leaves a bucket in debt, they may still admit
+// their unused parts (so up to (processes − 1) × share × capacity more than
+// one exact limit would) until they next go to Redis, within 2 s. Every process sharing the
 // buckets must use leases, or none: a process without them does not see
 // the capacity out on lease. The store then runs a goroutine that returns
 // idle leases; Close stops it and returns every lease.
@@ -63,33 +82,82 @@ func WithLeases(share float64) Option {
 	return optionFunc(func(c *config) { c.leases, c.leasesSet = share, true })
 }
 
-// leaser holds this process's leases.
+// leaser holds this process's leases: at most one per entry in Redis, so
+// one per key and one per workspace, the workspace's shared by all its keys
+// in this process. A lease's record in Redis (field id of the entry's lease
+// hash) is exactly what this process holds of that entry, taken and
+// returned whole.
 type leaser struct {
 	share float64
 	id    string // this process's lease id in Redis
 
 	mu     sync.Mutex
-	held   map[string]*lease // by key entry name + workspace entry name
+	held   map[string]*group // by workspace entry name
 	start  sync.Once
 	closed bool
 	stop   chan struct{}
 	wg     sync.WaitGroup
+
+	// fmu guards closing and the Add of flying; it is never held with
+	// another lock.
+	fmu     sync.Mutex
+	closing bool           // set by Close: no renewal starts after it
+	flying  sync.WaitGroup // renewals in flight, which Close waits for
+
+	local atomic.Int64 // admissions decided on a lease
 }
 
-// lease is one (key, workspace)'s lease, and its recent use.
-type lease struct {
-	mu     sync.Mutex
-	k, w   string // entry names
-	kh, wh string // their lease hashes
-	solo   bool
-	kl, wl llmrate.Limits // the figures it was taken under
-	left   [4]int64       // unused, by Bucket; zero when there is none
-	gross  [4]int64       // as taken
-	level  [4]int64       // Redis levels after the last call, without the lease
-	until  time.Time      // not used from then on (local clock)
-	used   time.Time      // last admission, through Redis or the lease
-	redis  time.Time      // last admission through Redis
-	ready  chan struct{}  // non-nil while a call renewing the lease is in flight; closed after
+// part is one entry's lease (its requests and tokens buckets).
+type part struct {
+	lim   llmrate.Limits // the entry's figures it was taken under
+	left  [2]int64       // unused
+	gross [2]int64       // as taken; zero when no record is out in Redis
+	level [2]int64       // Redis levels after the last call, without the lease
+	until time.Time      // not used from then on (local clock)
+	used  time.Time      // last admission against it, or its grant
+}
+
+// covers reports whether p can admit a request of n tokens under lim now.
+func (p *part) covers(lim llmrate.Limits, now time.Time, n int64) bool {
+	return p.lim == lim && now.Before(p.until) && p.left[0] >= 1 && p.left[1] >= n
+}
+
+func (p *part) take(now time.Time, n int64) {
+	p.left[0]--
+	p.left[1] -= n
+	p.used = now
+}
+
+// set installs a lease granted under lim (zero: none).
+func (p *part) set(lim llmrate.Limits, granted, level [2]int64, now time.Time) {
+	p.lim, p.left, p.gross, p.used, p.until = lim, granted, granted, now, now.Add(leaseUse)
+	p.level = [2]int64{level[0] - granted[0], level[1] - granted[1]}
+}
+
+// out returns p's unused part and forgets the lease (its record is then
+// returned by the caller).
+func (p *part) out() [2]int64 {
+	left := p.left
+	p.left, p.gross = [2]int64{}, [2]int64{}
+	return left
+}
+
+// group is one workspace's leases in this process: the workspace lease and
+// its keys'.
+type group struct {
+	mu    sync.Mutex
+	ws    part
+	keys  map[string]*keyLease // by key entry name
+	ready chan struct{}        // non-nil while a renewal is in flight; closed after
+	dead  bool                 // forgotten by the returner: look the group up again
+}
+
+// keyLease is one key's lease and recent use.
+type keyLease struct {
+	part
+	wl    llmrate.Limits // the workspace figures of its last call
+	redis time.Time      // last admission through Redis
+	ready chan struct{}  // non-nil while a call that takes no lease is in flight; closed after
 }
 
 // localNow is the lease clock: WithClock's when set (the scripts use it
@@ -108,61 +176,88 @@ func (lz *leaser) want(kl, wl llmrate.Limits) [4]int64 {
 	return [4]int64{f(kl.RequestsPerMinute), f(kl.TokensPerMinute), f(wl.RequestsPerMinute), f(wl.TokensPerMinute)}
 }
 
-func (s *Store) leaseFor(k, w string, r llmrate.AdmitRequest) (*lease, bool) {
+// groupFor returns w's group, false once the store is closed.
+func (s *Store) groupFor(w string) (*group, bool) {
 	lz := s.leases
-	id := k + "\x00" + w
 	lz.mu.Lock()
 	defer lz.mu.Unlock()
 	if lz.closed {
 		return nil, false
 	}
-	l := lz.held[id]
-	if l == nil {
-		l = &lease{k: k, w: w, kh: k + ":l", wh: w + ":l", solo: r.Solo}
-		lz.held[id] = l
+	g := lz.held[w]
+	if g == nil {
+		g = &group{keys: map[string]*keyLease{}}
+		lz.held[w] = g
 	}
 	lz.start.Do(func() {
 		lz.wg.Add(1)
 		go s.returner()
 	})
-	return l, true
+	return g, true
 }
 
-// admitLeased admits r against its lease when the lease covers it, else
-// through Redis, renewing the lease when the key is busy.
+// enter registers a renewal, false once Close has begun.
+func (lz *leaser) enter() bool {
+	lz.fmu.Lock()
+	defer lz.fmu.Unlock()
+	if lz.closing {
+		return false
+	}
+	lz.flying.Add(1)
+	return true
+}
+
+// admitLeased admits r against this process's leases of its key and
+// workspace when they cover it, else through Redis, renewing both leases
+// when the key is busy.
 func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
 	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
-	l, ok := s.leaseFor(k, w, r)
-	if !ok { // closed: no new leases
-		return s.admitPlain(ctx, k, w, r)
-	}
 	want := s.leases.want(r.KeyLimits, r.WorkspaceLimits)
 	if r.Tokens > want[llmrate.KeyTokens] || r.Tokens > want[llmrate.WorkspaceTokens] {
 		return s.admitPlain(ctx, k, w, r) // no lease could cover it
 	}
 	for {
+		g, ok := s.groupFor(w)
+		if !ok { // closed: no new leases
+			return s.admitPlain(ctx, k, w, r)
+		}
 		now := s.localNow()
-		l.mu.Lock()
-		same := l.kl == r.KeyLimits && l.wl == r.WorkspaceLimits && l.solo == r.Solo
-		if same && now.Before(l.until) && l.left[llmrate.KeyRequests] >= 1 && l.left[llmrate.KeyTokens] >= r.Tokens &&
-			l.left[llmrate.WorkspaceRequests] >= 1 && l.left[llmrate.WorkspaceTokens] >= r.Tokens {
-			l.left[llmrate.KeyRequests]--
-			l.left[llmrate.KeyTokens] -= r.Tokens
-			l.left[llmrate.WorkspaceRequests]--
-			l.left[llmrate.WorkspaceTokens] -= r.Tokens
-			l.used = now
-			d := llmrate.Decision{Allowed: true}
-			for b := range d.Remaining {
-				d.Remaining[b] = l.level[b] + l.left[b]
+		g.mu.Lock()
+		if g.dead {
+			g.mu.Unlock()
+			continue
+		}
+		kl := g.keys[k]
+		if kl == nil {
+			kl = &keyLease{}
+			g.keys[k] = kl
+		}
+		if g.ws.covers(r.WorkspaceLimits, now, r.Tokens) && (r.Solo || kl.covers(r.KeyLimits, now, r.Tokens)) {
+			g.ws.take(now, r.Tokens)
+			src := &g.ws // solo: the key's buckets are the workspace's
+			if !r.Solo {
+				kl.take(now, r.Tokens)
+				src = &kl.part
 			}
-			l.mu.Unlock()
+			d := llmrate.Decision{Allowed: true}
+			for b := range 2 {
+				d.Remaining[b] = src.level[b] + src.left[b]
+				d.Remaining[2+b] = g.ws.level[b] + g.ws.left[b]
+			}
+			g.mu.Unlock()
+			s.leases.local.Add(1)
 			return d, nil
 		}
-		if ready := l.ready; ready != nil {
-			// Another caller is renewing the lease: wait for it, then look
-			// again, so that this process never asks Redis while its own
-			// lease still holds room.
-			l.mu.Unlock()
+		ready := g.ready
+		if ready == nil {
+			ready = kl.ready
+		}
+		if ready != nil {
+			// A renewal of this workspace's leases, or a Redis call for
+			// this key, is in flight: wait for it, then look again, so
+			// that this process never asks Redis while its own lease still
+			// holds room, nor takes a key's first lease twice.
+			g.mu.Unlock()
 			select {
 			case <-ready:
 				continue
@@ -170,36 +265,60 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 				return llmrate.Decision{}, ctx.Err()
 			}
 		}
-		return s.renew(ctx, l, k, w, r, now, want)
+		return s.renew(ctx, g, kl, k, w, r, now, want)
 	}
 }
 
-// renew returns l's unused part, admits r and, when the key is busy, takes
-// a new lease, in one call. l.mu is held, and released.
-func (s *Store) renew(ctx context.Context, l *lease, k, w string, r llmrate.AdmitRequest, now time.Time, want [4]int64) (llmrate.Decision, error) {
-	if since := now.Sub(l.redis); l.redis.IsZero() || since < 0 || since >= time.Second {
-		want = [4]int64{} // not busy: no lease yet
+// renew admits r through Redis. When the key is busy it returns, in the
+// same call, this process's whole workspace lease and the key's lease and
+// takes new ones (all or none). g.mu is held, and released.
+func (s *Store) renew(ctx context.Context, g *group, kl *keyLease, k, w string, r llmrate.AdmitRequest, now time.Time, want [4]int64) (llmrate.Decision, error) {
+	since := now.Sub(kl.redis)
+	busy := !kl.redis.IsZero() && since >= 0 && since < time.Second
+	kl.redis = now
+	if !busy { // no lease taken, the ones held stay; this key's other callers wait
+		ready := make(chan struct{})
+		kl.ready = ready
+		g.mu.Unlock()
+		d, err := s.admitPlain(ctx, k, w, r)
+		g.mu.Lock()
+		kl.ready = nil
+		close(ready)
+		g.mu.Unlock()
+		return d, err
 	}
-	ret := l.left
-	l.left = [4]int64{}
+	if !s.leases.enter() { // closing
+		g.mu.Unlock()
+		return s.admitPlain(ctx, k, w, r)
+	}
+	defer s.leases.flying.Done()
+	var ret [4]int64
+	kown := ""
+	wr := g.ws.out()
+	ret[2], ret[3] = wr[0], wr[1]
+	if !r.Solo {
+		kown = s.leases.id
+		kr := kl.out()
+		ret[0], ret[1] = kr[0], kr[1]
+	}
+	// Every caller of this workspace waits for this call (see admitLeased).
 	ready := make(chan struct{})
-	l.ready = ready
-	l.redis, l.used = now, now
-	l.mu.Unlock()
+	g.ready = ready
+	g.mu.Unlock()
 
-	d, granted, err := s.runLease(ctx, s.leases.id, k, w, r.Tokens, r.KeyLimits, r.WorkspaceLimits, r.Solo, want, ret)
-	l.mu.Lock()
-	l.ready = nil
+	d, granted, err := s.runLease(ctx, s.leases.id, kown, k, w, r.Tokens, r.KeyLimits, r.WorkspaceLimits, r.Solo, want, ret)
+	g.mu.Lock()
+	g.ready = nil
 	close(ready)
 	if err == nil {
-		l.left, l.gross = granted, granted
-		l.kl, l.wl, l.solo = r.KeyLimits, r.WorkspaceLimits, r.Solo
-		l.until = now.Add(leaseLife)
-		for b := range l.level {
-			l.level[b] = d.Remaining[b] - granted[b]
+		rem := d.Remaining
+		g.ws.set(r.WorkspaceLimits, [2]int64{granted[2], granted[3]}, [2]int64{rem[2], rem[3]}, now)
+		if !r.Solo {
+			kl.set(r.KeyLimits, [2]int64{granted[0], granted[1]}, [2]int64{rem[0], rem[1]}, now)
+			kl.wl = r.WorkspaceLimits
 		}
 	}
-	l.mu.Unlock()
+	g.mu.Unlock()
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
 	}
@@ -208,20 +327,21 @@ func (s *Store) renew(ctx context.Context, l *lease, k, w string, r llmrate.Admi
 
 // admitPlain is one lease.lua call that neither takes nor returns a lease.
 func (s *Store) admitPlain(ctx context.Context, k, w string, r llmrate.AdmitRequest) (llmrate.Decision, error) {
-	d, _, err := s.runLease(ctx, "", k, w, r.Tokens, r.KeyLimits, r.WorkspaceLimits, r.Solo, [4]int64{}, [4]int64{})
+	d, _, err := s.runLease(ctx, "", "", k, w, r.Tokens, r.KeyLimits, r.WorkspaceLimits, r.Solo, [4]int64{}, [4]int64{})
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
 	}
 	return d, nil
 }
 
-// runLease runs lease.lua once.
-func (s *Store) runLease(ctx context.Context, id, k, w string, tokens int64, kl, wl llmrate.Limits, solo bool, want, ret [4]int64) (llmrate.Decision, [4]int64, error) {
+// runLease runs lease.lua once; wown and kown name the holder whose
+// workspace and key leases are returned ("" = none).
+func (s *Store) runLease(ctx context.Context, wown, kown, k, w string, tokens int64, kl, wl llmrate.Limits, solo bool, want, ret [4]int64) (llmrate.Decision, [4]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	res, err := leaseScript.Run(ctx, s.c, []string{k, w, k + ":l", w + ":l"}, s.nowArg(), id, tokens,
+	res, err := leaseScript.Run(ctx, s.c, []string{k, w, k + ":l", w + ":l"}, s.nowArg(), wown, tokens,
 		kl.RequestsPerMinute, kl.TokensPerMinute, wl.RequestsPerMinute, wl.TokensPerMinute, soloArg(solo),
-		want[0], want[1], want[2], want[3], ret[0], ret[1], ret[2], ret[3], leaseLife.Microseconds()).Int64Slice()
+		want[0], want[1], want[2], want[3], ret[0], ret[1], ret[2], ret[3], leaseLife.Microseconds(), kown).Int64Slice()
 	if err == nil && len(res) != 12 {
 		err = fmt.Errorf("lease script returned %d values", len(res))
 	}
@@ -233,40 +353,58 @@ func (s *Store) runLease(ctx context.Context, id, k, w string, tokens int64, kl,
 }
 
 // reconcileLeased is Reconcile when leases are on. A reconcile of a key
-// this process holds a lease for is applied to the lease when it can be: a
-// debit the lease's unused part covers is taken from it, a credit up to
-// what was used of it goes back into it. Otherwise the lease is returned
-// in the same call, before the reconcile is applied in Redis, so that this
-// process's next admission sees the bucket's debt.
+// this process holds leases for is applied to them when it can be: a debit
+// the key's and the workspace's unused parts cover is taken from them, a
+// credit up to what was used of them goes back into them. Otherwise both
+// are returned in the same call, before the reconcile is applied in Redis,
+// so that this process's next admission sees the buckets' debt.
 func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest) error {
 	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
-	var id string
+	var wown, kown string
 	var ret [4]int64
 	lz := s.leases
 	lz.mu.Lock()
-	l := lz.held[k+"\x00"+w]
+	g := lz.held[w]
 	lz.mu.Unlock()
-	if l != nil {
-		l.mu.Lock()
-		if l.left != ([4]int64{}) && l.ready == nil && l.kl == r.KeyLimits && l.wl == r.WorkspaceLimits && l.solo == r.Solo && s.localNow().Before(l.until) {
-			kt, wt := llmrate.KeyTokens, llmrate.WorkspaceTokens
-			dk, dw := r.BoundedActual(kt)-r.Estimate, r.BoundedActual(wt)-r.Estimate
-			local := dk >= 0 && dw >= 0 && l.left[kt] >= dk && l.left[wt] >= dw ||
-				dk <= 0 && dw <= 0 && -dk <= l.gross[kt]-l.left[kt] && -dw <= l.gross[wt]-l.left[wt]
-			if local {
-				l.left[kt] -= dk
-				l.left[wt] -= dw
-				l.mu.Unlock()
+	if g != nil {
+		g.mu.Lock()
+		if g.ready == nil && !g.dead {
+			now := s.localNow()
+			kl := g.keys[k]
+			dk, dw := r.BoundedActual(llmrate.KeyTokens)-r.Estimate, r.BoundedActual(llmrate.WorkspaceTokens)-r.Estimate
+			fits := func(p *part, lim llmrate.Limits, d int64) bool { // d applies to p's tokens
+				if p.lim != lim || !now.Before(p.until) || p.gross == ([2]int64{}) {
+					return false
+				}
+				return d >= 0 && p.left[1] >= d || d <= 0 && -d <= p.gross[1]-p.left[1]
+			}
+			if r.Solo && fits(&g.ws, r.WorkspaceLimits, dw) {
+				g.ws.left[1] -= dw
+				g.mu.Unlock()
 				return nil
 			}
-			id, ret = lz.id, l.left
-			l.left = [4]int64{}
+			if !r.Solo && kl != nil && (dk >= 0) == (dw >= 0) && fits(&g.ws, r.WorkspaceLimits, dw) && fits(&kl.part, r.KeyLimits, dk) {
+				g.ws.left[1] -= dw
+				kl.left[1] -= dk
+				g.mu.Unlock()
+				return nil
+			}
+			if g.ws.gross != ([2]int64{}) {
+				wown = lz.id
+				wr := g.ws.out()
+				ret[2], ret[3] = wr[0], wr[1]
+			}
+			if !r.Solo && kl != nil && kl.gross != ([2]int64{}) {
+				kown = lz.id
+				kr := kl.out()
+				ret[0], ret[1] = kr[0], kr[1]
+			}
 		}
-		l.mu.Unlock()
+		g.mu.Unlock()
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	args := append(reconcileArgs(s.nowArg(), r), id, ret[0], ret[1], ret[2], ret[3])
+	args := append(reconcileArgs(s.nowArg(), r), wown, ret[0], ret[1], ret[2], ret[3], kown)
 	return leaseReconcileScript.Run(ctx, s.c, []string{k, w, k + ":l", w + ":l"}, args...).Err()
 }
 
@@ -287,34 +425,50 @@ func (s *Store) returner() {
 }
 
 // returnLeases returns every lease last used before idleSince (every lease
-// when idleSince is zero), and forgets keys not admitted through Redis for
-// a second.
+// when idleSince is zero), each on its own (a workspace lease stays while
+// any of its keys uses it), and forgets keys not admitted through Redis for
+// a second and holding no lease, and workspaces left without keys or lease.
 func (s *Store) returnLeases(ctx context.Context, idleSince time.Time) error {
 	lz := s.leases
 	type ret struct {
-		l    *lease
-		left [4]int64
+		k, w   string
+		kl, wl llmrate.Limits
+		left   [2]int64
+		ws     bool // the workspace lease; else a key's
 	}
 	var rets []ret
+	all := idleSince.IsZero()
 	lz.mu.Lock()
-	for id, l := range lz.held {
-		l.mu.Lock()
-		if l.ready == nil && (idleSince.IsZero() || l.used.Before(idleSince)) {
-			if l.left != ([4]int64{}) {
-				rets = append(rets, ret{l, l.left})
-				l.left = [4]int64{}
+	for w, g := range lz.held {
+		g.mu.Lock()
+		if g.ready == nil {
+			if g.ws.gross != ([2]int64{}) && (all || g.ws.used.Before(idleSince)) {
+				rets = append(rets, ret{k: w, w: w, kl: g.ws.lim, wl: g.ws.lim, left: g.ws.out(), ws: true})
 			}
-			if !idleSince.IsZero() && l.redis.Before(idleSince.Add(leaseIdle-time.Second)) {
-				delete(lz.held, id)
+			for k, kl := range g.keys {
+				if kl.gross != ([2]int64{}) && (all || kl.used.Before(idleSince)) {
+					rets = append(rets, ret{k: k, w: w, kl: kl.lim, wl: kl.wl, left: kl.out()})
+				}
+				if !all && kl.gross == ([2]int64{}) && kl.redis.Before(idleSince.Add(leaseIdle-time.Second)) {
+					delete(g.keys, k)
+				}
+			}
+			if !all && len(g.keys) == 0 && g.ws.gross == ([2]int64{}) {
+				g.dead = true
+				delete(lz.held, w)
 			}
 		}
-		l.mu.Unlock()
+		g.mu.Unlock()
 	}
 	lz.mu.Unlock()
 	var errs []error
 	for _, r := range rets {
-		l := r.l
-		_, _, err := s.runLease(ctx, lz.id, l.k, l.w, -1, l.kl, l.wl, l.solo, [4]int64{}, r.left)
+		var err error
+		if r.ws { // as solo: only the workspace entry is touched
+			_, _, err = s.runLease(ctx, lz.id, "", r.w, r.w, -1, r.wl, r.wl, true, [4]int64{}, [4]int64{0, 0, r.left[0], r.left[1]})
+		} else {
+			_, _, err = s.runLease(ctx, "", lz.id, r.k, r.w, -1, r.kl, r.wl, false, [4]int64{}, [4]int64{r.left[0], r.left[1], 0, 0})
+		}
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -325,10 +479,11 @@ func (s *Store) returnLeases(ctx context.Context, idleSince time.Time) error {
 	return nil
 }
 
-// Close stops the lease returner and returns every lease to Redis. It is
-// safe to call more than once and without leases (then it does nothing).
-// The store still answers after Close, without leases. It does not close
-// the Redis client, which the caller owns.
+// Close stops the lease returner, waits for the lease renewals in flight
+// and returns every lease to Redis. It is safe to call more than once and
+// without leases (then it does nothing). The store still answers after
+// Close, without leases. It does not close the Redis client, which the
+// caller owns.
 func (s *Store) Close(ctx context.Context) error {
 	lz := s.leases
 	if lz == nil {
@@ -343,5 +498,9 @@ func (s *Store) Close(ctx context.Context) error {
 	close(lz.stop)
 	lz.mu.Unlock()
 	lz.wg.Wait()
+	lz.fmu.Lock()
+	lz.closing = true
+	lz.fmu.Unlock()
+	lz.flying.Wait() // bounded by the store's timeout
 	return s.returnLeases(ctx, time.Time{})
 }

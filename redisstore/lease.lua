@@ -1,24 +1,28 @@
 -- One admission with leases, and the lease's renewal, in one call.
 -- KEYS: key entry, workspace entry, key leases, workspace leases.
--- ARGV: now_us, lease id ("" = none), tokens (-1: admit nothing, only
--- return the lease), key rpm, key tpm, ws rpm, ws tpm, solo, then the lease
--- wanted (kr, kt, wr, wt; all 0: none), the old lease's unused part
--- returned (kr, kt, wr, wt), the lease's lifetime in µs.
+-- ARGV: now_us, the workspace lease's holder ("" = none), tokens (-1: admit
+-- nothing, only return the leases), key rpm, key tpm, ws rpm, ws tpm, solo,
+-- then the lease wanted (kr, kt, wr, wt; all 0: none), the old leases'
+-- unused parts returned (kr, kt, wr, wt), the lease's lifetime in µs, the
+-- key lease's holder ("" = none). A holder's record in a lease hash is
+-- returned (deleted, its unused part credited) and, on a grant, rewritten.
+-- A process holds one lease per entry: its workspace lease is shared by
+-- all its keys of that workspace, so it must send the whole of it.
 -- Returns {allowed, refused, retry_s, never, kr, kt, wr, wt, lkr, lkt, lwr, lwt}:
 -- the decision as admit.lua's, levels after the debit and before the new
 -- lease, and the lease granted (all 0 when none).
 local now = now_us(ARGV[1])
-local own = ARGV[2]
+local wown, kown = ARGV[2], ARGV[18]
 local n = tonumber(ARGV[3])
 local krr, ktr, wrr, wtr = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local solo = ARGV[8] == "1"
 local want = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])}
 local life = tonumber(ARGV[17])
 
-local w, wl = lload(KEYS[2], KEYS[4], now, wrr, wtr, own, tonumber(ARGV[15]), tonumber(ARGV[16]))
+local w, wl = lload(KEYS[2], KEYS[4], now, wrr, wtr, wown, tonumber(ARGV[15]), tonumber(ARGV[16]))
 local k, kl = w, wl
 if not solo then
-  k, kl = lload(KEYS[1], KEYS[3], now, krr, ktr, own, tonumber(ARGV[13]), tonumber(ARGV[14]))
+  k, kl = lload(KEYS[1], KEYS[3], now, krr, ktr, kown, tonumber(ARGV[13]), tonumber(ARGV[14]))
 end
 local function save(kexp, wexp)
   if not solo then lstore(KEYS[1], k, krr, ktr, kexp, now) end
@@ -48,19 +52,19 @@ local out = {1, 0, 0, 0, k[2], k[4], w[2], w[4], 0, 0, 0, 0}
 -- The lease: all four buckets (two when solo) or none.
 local g = {math.min(want[1], k[2]), math.min(want[2], k[4]), math.min(want[3], w[2]), math.min(want[4], w[4])}
 if solo then g[1], g[2] = g[3], g[4] end
-if own ~= "" and g[1] >= 1 and g[2] >= 1 and g[3] >= 1 and g[4] >= 1 then
+if wown ~= "" and (solo or kown ~= "") and g[1] >= 1 and g[2] >= 1 and g[3] >= 1 and g[4] >= 1 then
   local exp = now + life
   if solo then
     w[2] = w[2] - g[3]
     w[4] = w[4] - g[4]
-    grant(KEYS[4], own, g[3], g[4], exp, now)
+    grant(KEYS[4], wown, g[3], g[4], exp, now)
   else
     k[2] = k[2] - g[1]
     k[4] = k[4] - g[2]
     w[2] = w[2] - g[3]
     w[4] = w[4] - g[4]
-    grant(KEYS[3], own, g[1], g[2], exp, now)
-    grant(KEYS[4], own, g[3], g[4], exp, now)
+    grant(KEYS[3], kown, g[1], g[2], exp, now)
+    grant(KEYS[4], wown, g[3], g[4], exp, now)
   end
   out[9], out[10], out[11], out[12] = g[1], g[2], g[3], g[4]
   save(math.max(kl[3], exp), math.max(wl[3], exp))

@@ -38,10 +38,16 @@
 // admissions are then decided locally against it. Bound: N processes
 // together never admit more than one exact limit would (leases are debited
 // up front, and a bucket refills only up to its capacity less what is out on
-// lease); the capacity held in other processes' unused leases is at most
-// N × share × capacity per bucket, and comes back when a lease is idle
-// (within a second), expires (3 s after it was taken) or its store is
-// closed. Meanwhile a request that one exact limit would admit may be
+// lease); a process holds at most one lease per bucket (one per key, and
+// one per workspace shared by its keys), so the capacity held in other
+// processes' unused leases is at most N × share × capacity per bucket, and
+// comes back when a lease is idle (within a second) or its store is closed
+// (Close waits for renewals in flight). A process that dies loses its
+// leases' unused parts when they expire, 3 s after they were taken; the
+// buckets then refill as usual. One exception to the bound: a reconcile
+// that leaves a bucket in debt does not reach other processes' leases,
+// which may still admit their unused parts (at most (N − 1) × share ×
+// capacity) until they next go to Redis, within 2 s. Meanwhile a request that one exact limit would admit may be
 // refused; its Retry-After is computed from the Redis level as without
 // leases, so it counts neither that held capacity (which may come back
 // sooner) nor the leases still out when it expires (a retry then may be
@@ -216,7 +222,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if c.leasesSet {
 		id := make([]byte, 8)
 		_, _ = rand.Read(id) // never fails (crypto/rand)
-		s.leases = &leaser{share: c.leases, id: hex.EncodeToString(id), held: map[string]*lease{}, stop: make(chan struct{})}
+		s.leases = &leaser{share: c.leases, id: hex.EncodeToString(id), held: map[string]*group{}, stop: make(chan struct{})}
 	}
 	if c.batchSet {
 		s.batch = &batcher{max: c.batch}
