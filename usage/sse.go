@@ -27,6 +27,12 @@ type sseState struct {
 	evStart bool  // at the first byte of an event: the skip test may run
 	bom     uint8 // BOM bytes matched at the start of the stream
 	started bool
+	// The skip test is an optimisation only (a full parse is always
+	// right): after it fails, it waits skipWait events before trying
+	// again, the wait doubling up to 31 while it keeps failing, so a
+	// stream whose every event carries text (a content-delta stream, now
+	// that text is counted) does not pay for it on every event.
+	skipWait, skipBackoff uint8
 }
 
 func (e *sseState) reset() { *e = sseState{evStart: true} }
@@ -89,9 +95,17 @@ func (s *Scanner) fieldName(p []byte, i int) int {
 	e := &s.sse
 	c := p[i]
 	if e.evStart {
-		if n := skippableEvent(p[i:]); n > 0 {
-			e.afterCR = p[i+n-1] == '\r'
-			return i + n
+		if c != '\r' && c != '\n' {
+			if e.skipWait > 0 {
+				e.skipWait--
+			} else if n := skippableEvent(p[i:]); n > 0 {
+				e.afterCR = p[i+n-1] == '\r'
+				e.skipBackoff = 0
+				return i + n
+			} else {
+				e.skipBackoff = min(2*e.skipBackoff+1, 31)
+				e.skipWait = e.skipBackoff
+			}
 		}
 		e.evStart = c == '\r' || c == '\n'
 	}
