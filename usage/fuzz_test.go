@@ -3,6 +3,7 @@ package usage_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -174,4 +175,27 @@ func FuzzUsageEventStream(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLongStringsAgreeWithReference: strings long enough for the scanner's
+// vectorised run (past its 64-byte probe, across its 1 KB windows) still
+// agree with encoding/json: an escape, a raw control byte (invalid JSON:
+// nothing counts) or a multi-byte rune at any position, in text and in
+// non-text members, whole and split.
+func TestLongStringsAgreeWithReference(t *testing.T) {
+	specials := []string{`\"`, `\\`, `\n`, `\u00e9`, "\x01", "\x1f", "é", `"`}
+	for _, size := range []int{65, 200, 1023, 1024, 1025, 2500} {
+		for _, sp := range specials {
+			for _, at := range []int{0, 63, 64, size / 2, 1023, 1024, size - 1} {
+				if at >= size {
+					continue
+				}
+				s := strings.Repeat("w", at) + sp + strings.Repeat("x", size-at)
+				for _, member := range []string{"content", "id"} {
+					body := []byte(`{"` + member + `":"` + s + `","usage":{"prompt_tokens":3,"completion_tokens":4}}`)
+					checkAgainstRef(t, "application/json", body, uint8(at%251+1))
+				}
+			}
+		}
+	}
 }

@@ -91,7 +91,8 @@ const (
 // docState is what one document says at the rows of paths.
 type docState struct {
 	slots        [numSlots]report
-	dirty        uint16 // slots to clear on reset
+	dirty        uint16 // slots a member named: to apply, then clear on reset
+	rootObj      bool   // the document is an object
 	typ          [24]byte
 	typLen       uint8
 	typOver      bool
@@ -109,7 +110,7 @@ func (d *docState) reset() {
 			d.dirty &^= 1 << s
 		}
 	}
-	d.typLen, d.typOver, d.typString, d.done = 0, false, false, false
+	d.typLen, d.typOver, d.typString, d.done, d.rootObj = 0, false, false, false, false
 	d.gen, d.choicesAt, d.choicesEmpty = 0, 0, false
 }
 
@@ -142,7 +143,7 @@ type jsonScan struct {
 	isKey    bool
 	counting bool // the string is generated text: its bytes are counted
 	hi       bool // the last bytes counted were a high surrogate's \u escape
-	key      [32]byte
+	key      [maxMemberLen]byte
 	keyLen   uint8
 	keyOver  bool
 	uhex     uint8
@@ -194,7 +195,7 @@ func (p *jsonScan) end() (usageOnly bool) {
 	valid := p.state == sEnd || p.state == sNum && p.depth == 0 && p.numTerminal() // a bare number carries nothing either way
 	if valid && !p.arrayDocs {
 		p.acc.applyDoc(&p.doc)
-		usageOnly = p.doc.choicesEmpty && p.doc.slots[slotUsage].obj && p.doc.slots[slotRoot].obj
+		usageOnly = p.doc.choicesEmpty && p.doc.slots[slotUsage].obj && p.doc.rootObj
 	}
 	p.resetDoc()
 	return usageOnly
@@ -251,31 +252,78 @@ func (p *jsonScan) write(b []byte) {
 	}
 }
 
-// inString skips plain string bytes eight at a time, counting them when the
-// string is generated text and capturing them when it is a member name or
-// D.type.
+// inString reads string bytes, the plain ones eight at a time, counting
+// them when the string is generated text and capturing them when it is
+// D.type or a member name split across writes. Its fast path runs on
+// through an object's strings (name, ':', string value, ',', next name…)
+// without returning to the dispatcher.
 func (p *jsonScan) inString(b []byte, i int) int {
-	j := i + jsonrun.Plain(b[i:])
-	if p.counting && j > i {
-		p.doc.gen += int64(j - i)
-		p.hi = false
+	for {
+		j := i + jsonrun.Plain(b[i:])
+		if p.counting && j > i {
+			p.doc.gen += int64(j - i)
+			p.hi = false
+		}
+		if j == len(b) || b[j] != '"' {
+			if p.strCap != capNone {
+				p.capture(b[i:j])
+			}
+			if j+1 < len(b) && b[j] == '\\' && p.strCap == capNone && b[j+1] != 'u' {
+				// A one-byte escape inside a counted or skipped string.
+				p.state = sStrEsc
+				if i = p.inEscape(b, j+1); p.state == sStr {
+					continue
+				}
+				return i
+			}
+			return p.stringStop(b, j)
+		}
+		if p.isKey {
+			name := b[i:j] // the whole name is in b: look it up where it lies
+			if p.keyLen > 0 || p.keyOver {
+				p.capture(name)
+				name = p.key[:p.keyLen]
+				if p.keyOver {
+					name = nil // longer than any name we look for
+				}
+			}
+			p.endKey(name)
+			i = p.afterQuote(b, j+1)
+		} else {
+			if p.strCap != capNone {
+				p.capture(b[i:j])
+			}
+			p.strCap, p.counting = capNone, false
+			p.valueDone()
+			i = p.nextKey(b, j+1)
+		}
+		if p.state != sStr {
+			return i
+		}
 	}
-	if p.strCap != capNone {
-		p.capture(b[i:j])
-	}
+}
+
+// stringStop handles what stopped a string's plain run at b[j], if any: a
+// backslash, or a control byte (invalid).
+func (p *jsonScan) stringStop(b []byte, j int) int {
 	if j == len(b) {
 		return j
 	}
-	switch b[j] {
-	case '"':
-		p.endString()
-		return p.afterQuote(b, j+1)
-	case '\\':
+	p.state = sBad
+	if b[j] == '\\' {
 		p.state = sStrEsc
-	default:
-		p.state = sBad
 	}
 	return j + 1
+}
+
+// nextKey is the fast path from a value to the next member's name: ','
+// and its opening quote at once.
+func (p *jsonScan) nextKey(b []byte, i int) int {
+	if p.state == sAfterValue && i+1 < len(b) && b[i] == ',' && b[i+1] == '"' && !p.inArray() {
+		p.beginKey()
+		return i + 2
+	}
+	return i
 }
 
 // afterQuote is inString's second fast path: a member name is usually
@@ -398,7 +446,7 @@ func (p *jsonScan) inNumber(b []byte, i int) int {
 		return i + 1
 	}
 	p.endNumber()
-	return i
+	return p.nextKey(b, i)
 }
 
 // inLiteral reads the rest of true, false or null.
@@ -409,6 +457,7 @@ func (p *jsonScan) inLiteral(b []byte, i int) int {
 	}
 	if p.litPos++; int(p.litPos) == len(p.lit) {
 		p.endLiteral()
+		return p.nextKey(b, i+1)
 	}
 	return i + 1
 }
@@ -478,6 +527,7 @@ func (p *jsonScan) afterValue(b []byte, i int) int {
 		}
 	case c == ']' && arr, c == '}' && !arr:
 		p.closeContainer()
+		return p.nextKey(b, i+1)
 	default:
 		p.state = sBad
 	}
@@ -600,8 +650,7 @@ func (p *jsonScan) openContainer(arr bool) {
 		r := &p.doc.slots[nd.slot()]
 		switch nd.kind() {
 		case nkRoot:
-			p.doc.dirty |= 1 << slotRoot
-			r.obj = true
+			p.doc.rootObj = true
 		case nkReport:
 			r.obj = true
 		case nkTokens:
@@ -636,15 +685,11 @@ func (p *jsonScan) valueDone() {
 	}
 }
 
-func (p *jsonScan) endString() {
-	p.strCap, p.counting = capNone, false
-	if p.isKey {
-		p.isKey = false
-		p.state = sColon
-		p.onKey()
-		return
-	}
-	p.valueDone()
+// endKey ends a member name.
+func (p *jsonScan) endKey(name []byte) {
+	p.strCap, p.isKey = capNone, false
+	p.state = sColon
+	p.onKey(name)
 }
 
 func (p *jsonScan) endNumber() {
@@ -740,40 +785,40 @@ func (p *jsonScan) addDigit(c byte) {
 }
 
 // onKey decides what the value of the member just read means.
-func (p *jsonScan) onKey() {
+func (p *jsonScan) onKey(name []byte) {
 	p.pend, p.text = pNone, false
-	if p.keyOver {
+	m := lookupMember(name)
+	if m == nil {
 		return
 	}
-	name := p.key[:p.keyLen]
-	p.text = isTextMember(name)
+	p.text = m.text
 	switch n := p.node(); n.kind() {
 	case nkRoot:
-		p.rootKey(name)
+		p.rootKey(m)
 	case nkContainer:
-		if s := n.slot(); paths[s].sub == string(name) {
+		if s := n.slot(); paths[s].sub == m.name {
 			p.expectNode(nkReport, s)
 		}
 	case nkReport:
-		p.reportKey(n.slot(), name)
+		p.reportKey(n.slot(), m)
 	case nkTokens, nkBilled:
 		in, out := fTokIn, fTokOut
 		if n.kind() == nkBilled {
 			in, out = fBillIn, fBillOut
 		}
-		switch string(name) {
-		case "input_tokens":
+		switch m.field {
+		case fInput:
 			p.expectField(n.slot(), in)
-		case "output_tokens":
+		case fOutput:
 			p.expectField(n.slot(), out)
 		}
 	}
 }
 
 // rootKey handles a member of the document's top-level object.
-func (p *jsonScan) rootKey(name []byte) {
+func (p *jsonScan) rootKey(m *member) {
 	d := &p.doc
-	if s := rootMember(name); s != slotNone {
+	if s := m.row; s != slotNone {
 		k := nkReport
 		if paths[s].sub != "" {
 			k = nkContainer
@@ -781,39 +826,43 @@ func (p *jsonScan) rootKey(name []byte) {
 		p.expectNode(k, s)
 		return
 	}
-	switch string(name) {
-	case "type":
+	switch m.role {
+	case roleType:
 		d.typLen, d.typOver, d.typString = 0, false, false
 		p.pend = pType
-	case "done":
+	case roleDone:
 		d.done = false
 		p.pend = pDone
-	case "choices":
+	case roleChoices:
 		d.choicesAt, d.choicesEmpty = 0, false
 		p.pend = pChoices
 	default:
-		if f := reportField(paths[slotRoot].style, name); f != noField {
-			p.expectField(slotRoot, f)
+		if m.rootField != noField {
+			p.expectField(slotRoot, m.rootField)
 		}
 	}
 }
 
 // reportKey handles a member of a report object.
-func (p *jsonScan) reportKey(s slot, name []byte) {
+func (p *jsonScan) reportKey(s slot, m *member) {
 	r := &p.doc.slots[s]
-	switch string(name) {
-	case "tokens":
+	switch m.role {
+	case roleTokens:
 		r.tokensObj = false
 		r.st[fTokIn], r.st[fTokOut] = stAbsent, stAbsent
 		p.pend, p.pNode = pNode, mkNode(nkTokens, s)
 		return
-	case "billed_units":
+	case roleBilled:
 		r.billedObj = false
 		r.st[fBillIn], r.st[fBillOut] = stAbsent, stAbsent
 		p.pend, p.pNode = pNode, mkNode(nkBilled, s)
 		return
 	}
-	if f := reportField(paths[s].style, name); f != noField {
+	f := m.field
+	if paths[s].style == styleOllama {
+		f = m.rootField
+	}
+	if f != noField {
 		r.keys |= 1 << f
 		p.expectField(s, f)
 	}
@@ -829,5 +878,6 @@ func (p *jsonScan) expectNode(k nodeKind, s slot) {
 // expectField: the value is counted field f of row s.
 func (p *jsonScan) expectField(s slot, f field) {
 	p.pend, p.pSlot, p.pField = pField, s, f
+	p.doc.dirty |= 1 << s
 	p.setField(stAbsent, 0)
 }

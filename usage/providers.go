@@ -1,5 +1,7 @@
 package usage
 
+import "math/bits"
+
 // This file is the provider table: every place a usage report may be, how
 // its fields count, which member names let the SSE fast path rule a report
 // out, and which members hold generated text. Adding a provider path is one
@@ -84,48 +86,107 @@ var textMembers = [...]string{
 	"delta", "reasoning_content", "reasoning", "refusal", "response",
 }
 
-// textByLen and rootByLen index textMembers and the rows' members by
-// length, so a member name is compared with at most a few candidates.
-var (
-	textByLen [32][]string
-	rootByLen [len(jsonScan{}.key) + 1][]slot
+// member is everything a member name can mean to the parser, gathered from
+// the tables in this file once, so the parser looks each name up once.
+type member struct {
+	name      string
+	text      bool    // one of textMembers
+	row       slot    // the row whose member this is, or slotNone
+	field     field   // its field in a report of any style but Ollama's, or noField
+	rootField field   // its field on the document itself (Ollama), or noField
+	role      keyRole // what it means at the root or in a report, beyond the rows
+}
+
+// keyRole is a member name the parser follows for the rows' conditions and
+// the Cohere sub-objects.
+type keyRole uint8
+
+const (
+	roleNone    keyRole = iota
+	roleType            // D.type (typeIs, typePrefix)
+	roleDone            // D.done (doneTrue)
+	roleChoices         // D.choices (tells OpenAI's usage-only chunk)
+	roleTokens          // a report's tokens object (Cohere)
+	roleBilled          // a report's billed_units object (Cohere)
 )
+
+var roleNames = [...]struct {
+	name string
+	role keyRole
+}{{"type", roleType}, {"done", roleDone}, {"choices", roleChoices}, {"tokens", roleTokens}, {"billed_units", roleBilled}}
+
+// maxMemberLen is the longest name in members; the parser keeps at most
+// this many bytes of a name.
+const maxMemberLen = 32
+
+// members and memberIndex: an open-addressing hash table of every name
+// above (index 0 is empty), so that a name no table holds, the common
+// case, usually costs one hash and no comparison.
+var (
+	members     = []member{{}}
+	memberIndex [256]uint8
+)
+
+func memberHash(name []byte) uint {
+	n := len(name)
+	return (uint(n)*131 + uint(name[0])*31 + uint(name[n/2])*7 + uint(name[n-1])) & 255
+}
+
+// lookupMember returns what name means, or nil when it means nothing.
+func lookupMember(name []byte) *member {
+	if len(name) == 0 || len(name) > maxMemberLen {
+		return nil
+	}
+	for h := memberHash(name); ; h = (h + 1) & 255 {
+		i := memberIndex[h]
+		if i == 0 {
+			return nil
+		}
+		if m := &members[i]; m.name == string(name) {
+			return m
+		}
+	}
+}
+
+// memberFor returns name's entry, adding it if new.
+func memberFor(name string) *member {
+	if len(name) > maxMemberLen {
+		panic("usage: member name longer than maxMemberLen: " + name)
+	}
+	if m := lookupMember([]byte(name)); m != nil {
+		return m
+	}
+	h := memberHash([]byte(name))
+	for memberIndex[h] != 0 {
+		h = (h + 1) & 255
+	}
+	if len(members) == 255 {
+		panic("usage: too many member names")
+	}
+	memberIndex[h] = uint8(len(members))
+	members = append(members, member{name: name, field: noField, rootField: noField})
+	return &members[len(members)-1]
+}
 
 func init() {
 	for _, m := range textMembers {
-		textByLen[len(m)] = append(textByLen[len(m)], m)
+		memberFor(m).text = true
 	}
 	for s := slotXGroq; s < numSlots; s++ {
 		if m := paths[s].member; m != "" {
-			rootByLen[len(m)] = append(rootByLen[len(m)], s)
+			memberFor(m).row = s
 		}
 	}
-}
-
-// isTextMember reports whether name is one of textMembers.
-func isTextMember(name []byte) bool {
-	if len(name) >= len(textByLen) {
-		return false
-	}
-	for _, m := range textByLen[len(name)] {
-		if m == string(name) {
-			return true
+	for _, fn := range fieldNames {
+		if fn.style == styleOllama {
+			memberFor(fn.name).rootField = fn.f
+		} else {
+			memberFor(fn.name).field = fn.f
 		}
 	}
-	return false
-}
-
-// rootMember returns the row whose member is name, if any.
-func rootMember(name []byte) slot {
-	if len(name) >= len(rootByLen) {
-		return slotNone
+	for _, r := range roleNames {
+		memberFor(r.name).role = r.role
 	}
-	for _, s := range rootByLen[len(name)] {
-		if paths[s].member == string(name) {
-			return s
-		}
-	}
-	return slotNone
 }
 
 // field is a counted field a report object can carry.
@@ -162,6 +223,9 @@ const (
 
 // fieldNames maps member names to fields, per style (the Cohere sub-objects
 // tokens and billed_units are nodes of their own, see jsonScan.onKey).
+// Every style but Ollama's records every name but Ollama's: the by-keys
+// style is decided by the names present, and a Gemini report reads only
+// its own fields.
 var fieldNames = [...]struct {
 	name  string
 	f     field
@@ -187,20 +251,6 @@ var fieldNames = [...]struct {
 	{"eval_count", fOEval, styleOllama},
 	{"inputTokenCount", fIMInput, styleInvocationMetrics},
 	{"outputTokenCount", fIMOutput, styleInvocationMetrics},
-}
-
-// reportField maps a member name inside a report of style st to its field.
-// Every style but Ollama's records every name but Ollama's: the by-keys
-// style is decided by the names present, and a Gemini report reads only
-// its own fields.
-func reportField(st style, name []byte) field {
-	root := st == styleOllama
-	for _, fn := range fieldNames {
-		if (fn.style == styleOllama) == root && len(fn.name) == len(name) && fn.name == string(name) {
-			return fn.f
-		}
-	}
-	return noField
 }
 
 // fieldState is what a counted field's value was.
@@ -368,13 +418,15 @@ func (d *docState) holds(s slot) bool {
 }
 
 // applyDoc applies one complete, valid JSON document: its generated text,
-// then its reports in the order of paths.
+// then its reports in the order of paths (a row no member named holds
+// nothing).
 func (a *accumulator) applyDoc(d *docState) {
 	a.gen = satAdd(a.gen, d.gen)
-	if !d.slots[slotRoot].obj {
+	if !d.rootObj {
 		return
 	}
-	for s := slotXGroq; s < numSlots; s++ {
+	for m := d.dirty; m != 0; m &= m - 1 {
+		s := slot(bits.TrailingZeros16(m))
 		if d.holds(s) && a.applyReport(&d.slots[s], paths[s].style) && !paths[s].partial {
 			a.final = true
 		}

@@ -4,32 +4,91 @@
 package jsonrun
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 )
 
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+
+	// probe is how many bytes Plain tests a word at a time before it
+	// takes a string for long: member names and short values end within.
+	probe = 64
+	// window bounds each long step, so a long string broken by many
+	// escapes is still read in linear time.
+	window = 1024
+)
+
+// stops returns a word's flag bits: set at bytes that are a quote, a
+// backslash or below 0x20; the lowest flag is always exact.
+func stops(x uint64) uint64 {
+	q := x ^ (ones * '"')
+	s := x ^ (ones * '\\')
+	return (((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)) & highs
+}
+
+// controls returns a word's flag bits for bytes below 0x20.
+func controls(x uint64) uint64 { return ((x - ones*0x20) &^ x) & highs }
+
 // Plain returns how many leading bytes of b are plain string content: not
-// '"', not '\\', not a control byte. It tests eight bytes per step (SWAR):
-// a word's flag bits are set at bytes that are a quote, a backslash or
-// below 0x20, and the lowest flag is always exact.
+// '"', not '\\', not a control byte. It tests the first probe bytes eight
+// at a time (SWAR); past them the string is long, and it finds the next
+// quote and backslash with the runtime's vectorised bytes.IndexByte, then
+// tests the run before them for control bytes 32 bytes a step.
 func Plain(b []byte) int {
-	const (
-		ones  = 0x0101010101010101
-		highs = 0x8080808080808080
-	)
+	n := min(len(b), probe)
 	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		q := x ^ (ones * '"')
-		s := x ^ (ones * '\\')
-		m := ((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)
-		if m &= highs; m != 0 {
+	for ; i+8 <= n; i += 8 {
+		if m := stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)/8
 		}
 	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+	if n < probe {
+		for ; i < len(b); i++ {
+			if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+				break
+			}
+		}
+		return i
+	}
+	for i < len(b) {
+		w := b[i:min(len(b), i+window)]
+		end := len(w)
+		if q := bytes.IndexByte(w, '"'); q >= 0 {
+			end = q
+		}
+		if k := bytes.IndexByte(w[:end], '\\'); k >= 0 {
+			end = k
+		}
+		if c := firstControl(w[:end]); c < end || end < len(w) {
+			return i + c
+		}
+		i += len(w)
+	}
+	return i
+}
+
+// firstControl returns the index of the first byte of s below 0x20, or
+// len(s).
+func firstControl(s []byte) int {
+	i := 0
+	for ; i+32 <= len(s); i += 32 {
+		w := s[i : i+32 : i+32]
+		if controls(binary.LittleEndian.Uint64(w))|controls(binary.LittleEndian.Uint64(w[8:]))|
+			controls(binary.LittleEndian.Uint64(w[16:]))|controls(binary.LittleEndian.Uint64(w[24:])) != 0 {
 			break
+		}
+	}
+	for ; i+8 <= len(s); i += 8 {
+		if m := controls(binary.LittleEndian.Uint64(s[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(s); i++ {
+		if s[i] < 0x20 {
+			return i
 		}
 	}
 	return i
