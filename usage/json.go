@@ -1,6 +1,11 @@
 package usage
 
-import "github.com/llmrate/llmrate/internal/jsonrun"
+import (
+	"encoding/binary"
+	"math/bits"
+
+	"github.com/llmrate/llmrate/internal/jsonrun"
+)
 
 // jsonScan is an incremental (push) JSON parser that validates one document
 // at a time, byte by byte, across any write boundaries, in constant memory.
@@ -259,7 +264,18 @@ func (p *jsonScan) write(b []byte) {
 // without returning to the dispatcher.
 func (p *jsonScan) inString(b []byte, i int) int {
 	for {
-		j := i + jsonrun.Plain(b[i:])
+		// jsonrun.Plain, its first word tested here: most member names
+		// and many values end within it.
+		var j int
+		if len(b)-i >= 8 {
+			if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				j = i + bits.TrailingZeros64(m)/8
+			} else {
+				j = i + 8 + jsonrun.Plain(b[i+8:])
+			}
+		} else {
+			j = i + jsonrun.Plain(b[i:])
+		}
 		if p.counting && j > i {
 			p.doc.gen += int64(j - i)
 			p.hi = false

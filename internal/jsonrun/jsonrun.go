@@ -21,9 +21,11 @@ const (
 	window = 1024
 )
 
-// stops returns a word's flag bits: set at bytes that are a quote, a
-// backslash or below 0x20; the lowest flag is always exact.
-func stops(x uint64) uint64 {
+// Stops returns the flag bits of eight string bytes read as a
+// little-endian word: set at bytes that are a quote, a backslash or below
+// 0x20; the lowest flag is always exact. It inlines, for callers that test
+// a first word before calling Plain.
+func Stops(x uint64) uint64 {
 	q := x ^ (ones * '"')
 	s := x ^ (ones * '\\')
 	return (((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)) & highs
@@ -41,7 +43,7 @@ func Plain(b []byte) int {
 	n := min(len(b), probe)
 	i := 0
 	for ; i+8 <= n; i += 8 {
-		if m := stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+		if m := Stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)/8
 		}
 	}
