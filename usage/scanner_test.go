@@ -88,3 +88,18 @@ func TestScannerClosed(t *testing.T) {
 	assert.Equal(t, int64(len(ev)), got.Bytes)
 	assert.Equal(t, usage.FramingNone, s.Framing())
 }
+
+// BenchmarkScan100MB: memory for scanning a 100 MB stream (B/op is the whole
+// run's allocation).
+func BenchmarkScan100MB(b *testing.B) {
+	block := bytes.Repeat(sseEvent, 4096)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		s := usage.NewScanner("text/event-stream", "")
+		for n := 0; n < 100<<20; n += len(block) {
+			_, _ = s.Write(block)
+		}
+		s.Finish()
+	}
+}
