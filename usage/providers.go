@@ -1,6 +1,9 @@
 package usage
 
-import "math/bits"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // This file is the provider table: every place a usage report may be, how
 // its fields count, which member names let the SSE fast path rule a report
@@ -90,6 +93,7 @@ var textMembers = [...]string{
 // the tables in this file once, so the parser looks each name up once.
 type member struct {
 	name      string
+	word      uint64  // nameWord(name)
 	text      bool    // one of textMembers
 	row       slot    // the row whose member this is, or slotNone
 	field     field   // its field in a report of any style but Ollama's, or noField
@@ -127,9 +131,22 @@ var (
 	memberIndex [256]uint8
 )
 
-func memberHash(name []byte) uint {
-	n := len(name)
-	return (uint(n)*131 + uint(name[0])*31 + uint(name[n/2])*7 + uint(name[n-1])) & 255
+// nameWord returns a name's first eight bytes as a little-endian word
+// (zero-padded when shorter): with the length, it tells most names apart
+// without comparing bytes.
+func nameWord(name []byte) uint64 {
+	if len(name) >= 8 {
+		return binary.LittleEndian.Uint64(name)
+	}
+	var w uint64
+	for i := len(name) - 1; i >= 0; i-- {
+		w = w<<8 | uint64(name[i])
+	}
+	return w
+}
+
+func memberHash(w uint64, n int) uint {
+	return uint((w^uint64(n))*0x9E3779B97F4A7C15>>56) & 255
 }
 
 // lookupMember returns what name means, or nil when it means nothing.
@@ -137,12 +154,13 @@ func lookupMember(name []byte) *member {
 	if len(name) == 0 || len(name) > maxMemberLen {
 		return nil
 	}
-	for h := memberHash(name); ; h = (h + 1) & 255 {
+	w := nameWord(name)
+	for h := memberHash(w, len(name)); ; h = (h + 1) & 255 {
 		i := memberIndex[h]
 		if i == 0 {
 			return nil
 		}
-		if m := &members[i]; m.name == string(name) {
+		if m := &members[i]; m.word == w && len(m.name) == len(name) && (len(name) <= 8 || m.name[8:] == string(name[8:])) {
 			return m
 		}
 	}
@@ -156,7 +174,8 @@ func memberFor(name string) *member {
 	if m := lookupMember([]byte(name)); m != nil {
 		return m
 	}
-	h := memberHash([]byte(name))
+	w := nameWord([]byte(name))
+	h := memberHash(w, len(name))
 	for memberIndex[h] != 0 {
 		h = (h + 1) & 255
 	}
@@ -164,7 +183,7 @@ func memberFor(name string) *member {
 		panic("usage: too many member names")
 	}
 	memberIndex[h] = uint8(len(members))
-	members = append(members, member{name: name, field: noField, rootField: noField})
+	members = append(members, member{name: name, word: w, field: noField, rootField: noField})
 	return &members[len(members)-1]
 }
 
