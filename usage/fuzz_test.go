@@ -178,15 +178,15 @@ func FuzzUsageEventStream(f *testing.F) {
 }
 
 // TestLongStringsAgreeWithReference: strings long enough for the scanner's
-// vectorised run (past its 64-byte probe, across its 1 KB windows) still
+// vectorised run (past its 64-byte probe, across its 256-byte windows) still
 // agree with encoding/json: an escape, a raw control byte (invalid JSON:
 // nothing counts) or a multi-byte rune at any position, in text and in
 // non-text members, whole and split.
 func TestLongStringsAgreeWithReference(t *testing.T) {
 	specials := []string{`\"`, `\\`, `\n`, `\u00e9`, "\x01", "\x1f", "é", `"`}
-	for _, size := range []int{65, 200, 1023, 1024, 1025, 2500} {
+	for _, size := range []int{65, 200, 255, 256, 257, 1023, 1024, 1025, 2500} {
 		for _, sp := range specials {
-			for _, at := range []int{0, 63, 64, size / 2, 1023, 1024, size - 1} {
+			for _, at := range []int{0, 63, 64, 255, 256, 319, 320, size / 2, 1023, 1024, size - 1} {
 				if at >= size {
 					continue
 				}

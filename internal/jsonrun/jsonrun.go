@@ -18,7 +18,7 @@ const (
 	probe = 64
 	// window bounds each long step, so a long string broken by many
 	// escapes is still read in linear time.
-	window = 1024
+	window = 256
 )
 
 // Stops returns the flag bits of eight string bytes read as a
