@@ -296,14 +296,16 @@ func (p *jsonScan) inString(b []byte, i int) int {
 		}
 		if p.isKey {
 			name := b[i:j] // the whole name is in b: look it up where it lies
+			w := nameWord(b[i:], j-i)
 			if p.keyLen > 0 || p.keyOver {
 				p.capture(name)
 				name = p.key[:p.keyLen]
+				w = nameWord(p.key[:], len(name))
 				if p.keyOver {
 					name = nil // longer than any name we look for
 				}
 			}
-			p.endKey(name)
+			p.endKey(name, w)
 			i = p.afterQuote(b, j+1)
 		} else {
 			if p.strCap != capNone {
@@ -702,10 +704,10 @@ func (p *jsonScan) valueDone() {
 }
 
 // endKey ends a member name.
-func (p *jsonScan) endKey(name []byte) {
+func (p *jsonScan) endKey(name []byte, w uint64) {
 	p.strCap, p.isKey = capNone, false
 	p.state = sColon
-	p.onKey(name)
+	p.onKey(name, w)
 }
 
 func (p *jsonScan) endNumber() {
@@ -801,9 +803,9 @@ func (p *jsonScan) addDigit(c byte) {
 }
 
 // onKey decides what the value of the member just read means.
-func (p *jsonScan) onKey(name []byte) {
+func (p *jsonScan) onKey(name []byte, w uint64) {
 	p.pend, p.text = pNone, false
-	m := lookupMember(name)
+	m := lookupMember(name, w)
 	if m == nil {
 		return
 	}

@@ -93,7 +93,7 @@ var textMembers = [...]string{
 // the tables in this file once, so the parser looks each name up once.
 type member struct {
 	name      string
-	word      uint64  // nameWord(name)
+	word      uint64  // nameWord of name
 	text      bool    // one of textMembers
 	row       slot    // the row whose member this is, or slotNone
 	field     field   // its field in a report of any style but Ollama's, or noField
@@ -131,16 +131,17 @@ var (
 	memberIndex [256]uint8
 )
 
-// nameWord returns a name's first eight bytes as a little-endian word
-// (zero-padded when shorter): with the length, it tells most names apart
-// without comparing bytes.
-func nameWord(name []byte) uint64 {
-	if len(name) >= 8 {
-		return binary.LittleEndian.Uint64(name)
+// nameWord returns the first eight bytes of b[:n] as a little-endian word
+// (zero-padded when n < 8): with the length, it tells most names apart
+// without comparing bytes. When b holds eight bytes it reads them in one
+// load and masks off those past n.
+func nameWord(b []byte, n int) uint64 {
+	if len(b) >= 8 {
+		return binary.LittleEndian.Uint64(b) & (^uint64(0) >> (64 - 8*min(n, 8)))
 	}
 	var w uint64
-	for i := len(name) - 1; i >= 0; i-- {
-		w = w<<8 | uint64(name[i])
+	for i := n - 1; i >= 0; i-- {
+		w = w<<8 | uint64(b[i])
 	}
 	return w
 }
@@ -149,12 +150,12 @@ func memberHash(w uint64, n int) uint {
 	return uint((w^uint64(n))*0x9E3779B97F4A7C15>>56) & 255
 }
 
-// lookupMember returns what name means, or nil when it means nothing.
-func lookupMember(name []byte) *member {
+// lookupMember returns what name means, or nil when it means nothing; w
+// is nameWord of name.
+func lookupMember(name []byte, w uint64) *member {
 	if len(name) == 0 || len(name) > maxMemberLen {
 		return nil
 	}
-	w := nameWord(name)
 	for h := memberHash(w, len(name)); ; h = (h + 1) & 255 {
 		i := memberIndex[h]
 		if i == 0 {
@@ -171,10 +172,10 @@ func memberFor(name string) *member {
 	if len(name) > maxMemberLen {
 		panic("usage: member name longer than maxMemberLen: " + name)
 	}
-	if m := lookupMember([]byte(name)); m != nil {
+	w := nameWord([]byte(name), len(name))
+	if m := lookupMember([]byte(name), w); m != nil {
 		return m
 	}
-	w := nameWord([]byte(name))
 	h := memberHash(w, len(name))
 	for memberIndex[h] != 0 {
 		h = (h + 1) & 255
