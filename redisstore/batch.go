@@ -15,7 +15,7 @@ import (
 var (
 	//go:embed batch.lua
 	batchLua    string
-	batchScript = redis.NewScript(bucketLua + batchLua)
+	batchScript = redis.NewScript(arithLua + admitOneLua + batchLua)
 )
 
 // WithBatching sends admissions that arrive while a script call is in
@@ -150,11 +150,11 @@ func (s *Store) runBatches(me *pending) {
 // it (with the fallback's answers if the call fails).
 func (s *Store) runBatch(batch []*pending) {
 	keys := make([]string, 0, 2*len(batch))
-	args := make([]any, 0, 1+6*len(batch))
+	args := make([]any, 0, 1+len(batch))
 	args = append(args, s.nowArg())
 	for _, p := range batch {
 		keys = append(keys, p.k, p.w)
-		args = appendAdmitArgs(args, p.r)
+		args = append(args, admitArg(p.r))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()

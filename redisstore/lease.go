@@ -21,8 +21,8 @@ var (
 	//go:embed leasereconcile.lua
 	leaseReconcileLua string
 
-	leaseScript          = redis.NewScript(bucketLua + leaseBucketLua + leaseLua)
-	leaseReconcileScript = redis.NewScript(bucketLua + leaseBucketLua + leaseReconcileLua)
+	leaseScript          = redis.NewScript(arithLua + entryLua + leaseBucketLua + leaseLua)
+	leaseReconcileScript = redis.NewScript(arithLua + entryLua + leaseBucketLua + leaseReconcileLua)
 )
 
 // Lease timing. A lease unused for leaseIdle is returned by the store's

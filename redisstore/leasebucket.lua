@@ -1,5 +1,5 @@
 -- Lease bookkeeping, shared by lease.lua and leasereconcile.lua (after
--- bucket.lua). An entry's leases are a hash next to it (same hash tag):
+-- arith.lua and entry.lua). An entry's leases are a hash next to it (same hash tag):
 -- field = the holder's lease id, value = three little-endian doubles
 -- (requests, tokens, expiry in µs). A bucket's level refills only up to its
 -- capacity less every unexpired lease taken from it, so the level plus all
@@ -28,7 +28,7 @@ local function leases(hkey, now, own)
   return lr, lt, maxexp, mine
 end
 
--- lload is load (bucket.lua: fetch, then refill) with the capacity out on lease taken off each
+-- lload is load (entry.lua: fetch, then refill) with the capacity out on lease taken off each
 -- bucket's capacity while it refills. The caller's own lease (if any) is
 -- then returned: its record is deleted and its unused part, ret_r and
 -- ret_t, credited. The level is then at most the capacity less the other
@@ -61,7 +61,7 @@ local function lload(key, hkey, now, rrate, trate, own, ret_r, ret_t)
   return e, {lr, lt, maxexp}
 end
 
--- lstore is store (bucket.lua), kept at least until the entry's last lease
+-- lstore is store (entry.lua), kept at least until the entry's last lease
 -- expires (a recreated entry would start full, its leases forgotten).
 local function lstore(key, e, rrate, trate, maxexp, now)
   local px = entry_ttl(e, rrate, trate)

@@ -68,9 +68,11 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -81,15 +83,19 @@ import (
 )
 
 var (
-	//go:embed bucket.lua
-	bucketLua string
+	//go:embed arith.lua
+	arithLua string
+	//go:embed entry.lua
+	entryLua string
+	//go:embed admitone.lua
+	admitOneLua string
 	//go:embed admit.lua
 	admitLua string
 	//go:embed reconcile.lua
 	reconcileLua string
 
-	admitScript     = redis.NewScript(bucketLua + admitLua)
-	reconcileScript = redis.NewScript(bucketLua + reconcileLua)
+	admitScript     = redis.NewScript(arithLua + admitOneLua + admitLua)
+	reconcileScript = redis.NewScript(arithLua + entryLua + reconcileLua)
 )
 
 // Defaults.
@@ -360,7 +366,7 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	res, err := admitScript.Run(ctx, s.c, []string{k, w}, appendAdmitArgs([]any{s.nowArg()}, r)...).Int64Slice()
+	res, err := admitScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), admitArg(r)).Int64Slice()
 	if err == nil && len(res) != 8 {
 		err = fmt.Errorf("admit script returned %d values", len(res))
 	}
@@ -407,12 +413,24 @@ func reconcileArgs(now string, r llmrate.ReconcileRequest) []any {
 		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo)}
 }
 
-// appendAdmitArgs appends one admission's arguments in the order admit_one
-// (bucket.lua) reads them: tokens, key rpm, key tpm, workspace rpm,
-// workspace tpm, solo.
-func appendAdmitArgs(args []any, r llmrate.AdmitRequest) []any {
-	return append(args, r.Tokens, r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
-		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo))
+// admitArg is one admission as admit_one (admitone.lua) reads it: six
+// little-endian doubles, tokens, key rpm, key tpm, workspace rpm, workspace
+// tpm and solo (1 or 0), in one binary string, which the script unpacks at
+// once instead of parsing six decimal numbers. Limits are at most
+// llmrate.MaxPerMinute, below 2^53, so their doubles are exact; a token
+// count past 2^53 (more than any bucket holds) rounds to the nearest double,
+// as a decimal argument parsed by Lua would.
+func admitArg(r llmrate.AdmitRequest) string {
+	var solo int64
+	if r.Solo {
+		solo = 1
+	}
+	var b [48]byte
+	for i, v := range [6]int64{r.Tokens, r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
+		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, solo} {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
+	}
+	return string(b[:])
 }
 
 func soloArg(solo bool) string {
