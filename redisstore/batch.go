@@ -49,7 +49,7 @@ type pending struct {
 // admitBatched queues r and waits for its answer, running calls itself
 // while it is the leader.
 func (s *Store) admitBatched(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
-	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
+	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 	p := &pending{r: r, k: k, w: w, done: make(chan struct{}), lead: make(chan struct{})}
 	b := s.batch
 	b.mu.Lock()

@@ -72,9 +72,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -117,8 +119,9 @@ type Store struct {
 	timeout  time.Duration
 	retry    time.Duration
 	fallback *llmrate.MemoryStore
-	batch    *batcher // nil: one call per admission
-	leases   *leaser  // nil: no leases
+	batch    *batcher  // nil: one call per admission
+	leases   *leaser   // nil: no leases
+	macs     sync.Pool // of *mac
 
 	downUntil   atomic.Int64 // unix ns: Redis is not tried before this
 	consecutive atomic.Int64 // failed calls in a row
@@ -225,6 +228,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback}
+	s.macs.New = func() any { return &mac{h: hmac.New(sha256.New, s.hashKey)} }
 	if c.leasesSet {
 		id := make([]byte, 8)
 		_, _ = rand.Read(id) // never fails (crypto/rand)
@@ -313,17 +317,55 @@ func (s *Store) Keys(key, workspace string) (keyEntry, workspaceEntry string) {
 // workspace) that hold the buckets of model, a ModelLimits entry's name as
 // configured ("" for the default buckets).
 func (s *Store) ModelKeys(key, workspace, model string) (keyEntry, workspaceEntry string) {
-	base := s.prefix + ":{" + s.hash("w\x00"+workspace) + "}:"
-	if model != "" {
-		base += "m:" + s.hash("m\x00"+model) + ":"
-	}
-	return base + "k:" + s.hash("k\x00"+key), base + "w"
+	return s.names(key, workspace, model, false)
 }
 
-func (s *Store) hash(v string) string {
-	m := hmac.New(sha256.New, s.hashKey)
-	m.Write([]byte(v))
-	return hex.EncodeToString(m.Sum(nil)[:12])
+// names returns ModelKeys(key, workspace, model); for a solo request, whose
+// buckets are kept once, in the workspace's entry, it returns that entry's
+// name twice and does not hash the key (the scripts leave a solo request's
+// key entry alone).
+func (s *Store) names(key, workspace, model string, solo bool) (keyEntry, workspaceEntry string) {
+	m := s.macs.Get().(*mac)
+	defer s.macs.Put(m)
+	b := append(m.name[:0], s.prefix...)
+	b = append(b, ":{"...)
+	b = m.appendHash(b, 'w', workspace)
+	b = append(b, "}:"...)
+	if model != "" {
+		b = append(b, "m:"...)
+		b = m.appendHash(b, 'm', model)
+		b = append(b, ':')
+	}
+	n := len(b)
+	b = append(b, 'w')
+	workspaceEntry = string(b)
+	if solo {
+		m.name = b
+		return workspaceEntry, workspaceEntry
+	}
+	b = append(b[:n], "k:"...)
+	b = m.appendHash(b, 'k', key)
+	m.name = b
+	return string(b), workspaceEntry
+}
+
+// mac is a reusable HMAC state keyed with the store's secret, with scratch
+// space: once reset, a state restarts from its precomputed pads, so a name
+// costs two SHA-256 blocks and no allocation but the name's own.
+type mac struct {
+	h    hash.Hash
+	msg  []byte
+	sum  [sha256.Size]byte
+	name []byte
+}
+
+// appendHash appends to dst the hash of tag, 0, v: the first 12 bytes of
+// its HMAC-SHA256, in hex.
+func (m *mac) appendHash(dst []byte, tag byte, v string) []byte {
+	m.h.Reset()
+	m.msg = append(append(m.msg[:0], tag, 0), v...)
+	m.h.Write(m.msg)
+	return hex.AppendEncode(dst, m.h.Sum(m.sum[:0])[:12])
 }
 
 func (s *Store) nowArg() string {
@@ -363,7 +405,7 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	if s.batch != nil {
 		return s.admitBatched(ctx, r)
 	}
-	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
+	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	res, err := admitScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), admitArg(r)).Int64Slice()
@@ -393,7 +435,7 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 	if s.leases != nil {
 		err = s.reconcileLeased(ctx, r)
 	} else {
-		k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
+		k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 		err = reconcileScript.Run(ctx, s.c, []string{k, w}, reconcileArgs(s.nowArg(), r)...).Err()
