@@ -18,14 +18,26 @@ var (
 	batchScript = redis.NewScript(arithLua + admitOneLua + batchLua)
 )
 
-// WithBatching sends admissions that arrive while a script call is in
-// flight together in the next call, up to max per call: one round trip and
-// one script run for many admissions, each still atomic and checked in
-// arrival order. No goroutine is started: the caller whose admission finds
-// no call in flight runs the calls, and hands over to a waiting caller once
-// its own admission is answered. Reconciles are not batched. Refused on a
-// Redis Cluster client (a batch could span hash slots). max must be at
-// least 2. Default: off, one call per admission.
+// WithBatching sets the most admissions one script call carries. An
+// admission that finds no call in flight is sent at once, alone; those that
+// arrive while a call is in flight go together in the next call, up to max
+// per call: one round trip and one script run for many admissions, each
+// still atomic and checked in arrival order. Under concurrency this costs
+// an admission at most about one more round trip of latency (it waits for
+// the call in flight), and saves the Redis server and the client most of
+// their per-call work, which is what bounds the admissions per second of a
+// busy gateway (see BENCHMARKS.md). No goroutine is started: the caller
+// whose admission finds no call in flight runs the calls, and hands over to
+// a waiting caller once its own admission is answered. Reconciles are not
+// batched.
+//
+// Default: DefaultBatch on a single-node or Sentinel client (a
+// *redis.Client) without WithLeases; one admission per call on a Cluster
+// client or Ring (which route a call by its first key, and a batch names
+// many) or with WithLeases. max 1 turns batching off: every admission is
+// its own call, run on its own pooled connection. max must be at least 1;
+// over 1 it is refused on other clients than *redis.Client, and with
+// WithLeases.
 func WithBatching(max int) Option {
 	return optionFunc(func(c *config) { c.batch, c.batchSet = max, true })
 }

@@ -56,6 +56,9 @@ func TestLeasesOptionValidated(t *testing.T) {
 	require.NoError(t, s.Close(context.Background()))
 	_, err = redisstore.New(c, testHashKey, redisstore.WithLeases(0.1), redisstore.WithBatching(8))
 	assert.ErrorContains(t, err, "cannot be combined")
+	s, err = redisstore.New(c, testHashKey, redisstore.WithLeases(0.1), redisstore.WithBatching(1))
+	require.NoError(t, err, "leases with one admission per call (what the default becomes with leases)")
+	require.NoError(t, s.Close(context.Background()))
 }
 
 // sharedStores returns n stores ("processes") on one prefix, with leases.
@@ -276,7 +279,7 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // TestLeasesRoundTrips counts Redis round trips (commands the client sends,
 // script loads included) per 1,000 admissions of one hot key, with and
-// without leases, one caller and 16 at once. Developer figures (1,000
+// without leases (and without batching), one caller and 16 at once. Developer figures (1,000
 // requests a minute: capacity 2,000), estimate 100 tokens.
 func TestLeasesRoundTrips(t *testing.T) {
 	srv := redistest.Start(t)
@@ -289,7 +292,7 @@ func TestLeasesRoundTrips(t *testing.T) {
 				c.AddHook(hook)
 				var s *redisstore.Store
 				if share == 0 {
-					s = newStore(t, c)
+					s = newStore(t, c, redisstore.WithBatching(1)) // one call per admission
 				} else {
 					s = leaseStore(t, c, share)
 				}

@@ -4,7 +4,9 @@
 // Each admission is one round trip: a Lua script (run by SHA, loaded on
 // first use) checks and debits all four buckets all or nothing, on the
 // Redis server's clock (TIME), so gateway hosts with skewed clocks cannot
-// mint capacity. Each reconcile is one more round trip.
+// mint capacity. Admissions arriving while a call is in flight share the
+// next call (WithBatching; by default on a *redis.Client). Each reconcile
+// is one more round trip.
 //
 // Keys: a request's two entries (the key's buckets within its workspace, and
 // the workspace's buckets; one entry, the latter, for a Solo request) are
@@ -105,6 +107,9 @@ const (
 	DefaultPrefix        = "llmrate"
 	DefaultTimeout       = 30 * time.Millisecond
 	DefaultRetryInterval = time.Second
+	// DefaultBatch is the most admissions one script call carries by
+	// default (see WithBatching).
+	DefaultBatch = 64
 )
 
 // MinHashKeyLen is the shortest secret WithHashKey accepts.
@@ -119,7 +124,7 @@ type Store struct {
 	timeout  time.Duration
 	retry    time.Duration
 	fallback *llmrate.MemoryStore
-	batch    *batcher  // nil: one call per admission
+	batch    *batcher  // nil: one call per admission (batch size 1)
 	leases   *leaser   // nil: no leases
 	macs     sync.Pool // of *mac
 
@@ -234,8 +239,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		_, _ = rand.Read(id) // never fails (crypto/rand)
 		s.leases = &leaser{share: c.leases, id: hex.EncodeToString(id), held: map[string]*group{}, stop: make(chan struct{})}
 	}
-	if c.batchSet {
-		s.batch = &batcher{max: c.batch}
+	if n := c.batchSize(client); n >= 2 {
+		s.batch = &batcher{max: n}
 	}
 	return s, nil
 }
@@ -279,18 +284,32 @@ func (c *config) check(client redis.UniversalClient) error {
 	if c.leasesSet && !(c.leases > 0 && c.leases <= 0.25) {
 		fail("WithLeases", "lease share %v, want 0 < share <= 0.25", c.leases)
 	}
-	if c.leasesSet && c.batchSet {
+	if c.leasesSet && c.batchSet && c.batch >= 2 {
 		fail("WithLeases", "WithLeases and WithBatching cannot be combined")
 	}
 	if c.batchSet {
-		if c.batch < 2 {
-			fail("WithBatching", "batch size %d, want at least 2", c.batch)
+		if c.batch < 1 {
+			fail("WithBatching", "batch size %d, want at least 1 (1: one admission per call)", c.batch)
 		}
-		if _, ok := client.(*redis.ClusterClient); ok {
-			fail("WithBatching", "batching needs a single-node or Sentinel client, not a Cluster client (a batch could span hash slots)")
+		if _, ok := client.(*redis.Client); !ok && client != nil && c.batch >= 2 {
+			fail("WithBatching", "batching needs a single-node or Sentinel client (*redis.Client), not %T (a batch could span hash slots or shards)", client)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// batchSize is the most admissions per script call: WithBatching's, else
+// DefaultBatch on a single-node or Sentinel client (*redis.Client) without
+// leases, else 1 (a Cluster client or Ring routes a call by its first key,
+// and a batch names many).
+func (c *config) batchSize(client redis.UniversalClient) int {
+	if c.batchSet {
+		return c.batch
+	}
+	if _, ok := client.(*redis.Client); ok && !c.leasesSet {
+		return DefaultBatch
+	}
+	return 1
 }
 
 // NotifyEvictions implements llmrate.EvictionNotifier: the local fallback's
@@ -375,6 +394,16 @@ func (s *Store) nowArg() string {
 	return strconv.FormatInt(s.clock().UnixMicro(), 10)
 }
 
+// bound returns ctx bounded by the store's timeout: ctx itself when its
+// deadline is already that near (the limiter's store timeout, when it is
+// not longer than this one), which saves a timer per call.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
 // up reports whether Redis should be tried now.
 func (s *Store) up() bool { return time.Now().UnixNano() >= s.downUntil.Load() }
 
@@ -406,7 +435,7 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 		return s.admitBatched(ctx, r)
 	}
 	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	res, err := admitScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), admitArg(r)).Int64Slice()
 	if err == nil && len(res) != 8 {
@@ -436,7 +465,7 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 		err = s.reconcileLeased(ctx, r)
 	} else {
 		k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
-		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		ctx, cancel := s.bound(ctx)
 		defer cancel()
 		err = reconcileScript.Run(ctx, s.c, []string{k, w}, reconcileArgs(s.nowArg(), r)...).Err()
 	}

@@ -50,6 +50,16 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceUnbatched: one script call per admission (WithBatching(1));
+// TestConformance runs the default, batched on a *redis.Client.
+func TestConformanceUnbatched(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
+		return newStore(t, c, redisstore.WithClock(clock), redisstore.WithBatching(1))
+	})
+}
+
 func TestConformanceBatched(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
@@ -142,10 +152,62 @@ func TestBatchingOptionValidated(t *testing.T) {
 	defer cc.Close()
 	_, err := redisstore.New(cc, redisstore.WithHashKey(testSecret), redisstore.WithBatching(8))
 	assert.ErrorContains(t, err, "Cluster")
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	_, err = redisstore.New(ring, redisstore.WithHashKey(testSecret), redisstore.WithBatching(8))
+	assert.ErrorContains(t, err, "Ring", "a Ring routes a call by its first key: a batch would put other keys' entries on the wrong shard")
+	for _, c := range []redis.UniversalClient{cc, ring} {
+		_, err = redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithBatching(1))
+		assert.NoError(t, err, "%T: one admission per call", c)
+		_, err = redisstore.New(c, redisstore.WithHashKey(testSecret))
+		assert.NoError(t, err, "%T: unbatched by default", c)
+	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	_, err = redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithBatching(1))
-	assert.Error(t, err)
+	for _, n := range []int{0, -1} {
+		_, err = redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithBatching(n))
+		var ce *llmrate.ConfigError
+		require.ErrorAs(t, err, &ce, "WithBatching(%d)", n)
+		assert.Equal(t, "redisstore.WithBatching", ce.Option)
+	}
+}
+
+// TestBatchingDefault: on a *redis.Client the store batches by default (64
+// concurrent callers share script calls); WithBatching(1) makes one call
+// per admission; on a Ring (which routes a call by its first key) the
+// default is one call per admission too.
+func TestBatchingDefault(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}, PoolSize: 64})
+	t.Cleanup(func() { _ = ring.Close() })
+	lim := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+	// calls returns the script calls that 64 callers × 10 admissions took.
+	calls := func(s *redisstore.Store) int64 {
+		// loads the script first (concurrent NOSCRIPT answers would each retry by EVAL)
+		_, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "warm", Workspace: "warm", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true})
+		require.NoError(t, err)
+		before := commandCalls(t, c)
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Go(func() {
+				for i := range 10 {
+					key := fmt.Sprintf("sk-%d-%d", g, i)
+					d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true})
+					assert.NoError(t, err)
+					assert.True(t, d.Allowed)
+				}
+			})
+		}
+		wg.Wait()
+		after := commandCalls(t, c)
+		return after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+	}
+	byDefault := calls(newStore(t, c))
+	t.Logf("default: 640 admissions in %d script calls", byDefault)
+	assert.Less(t, byDefault, int64(640), "batched by default")
+	assert.Equal(t, int64(640), calls(newStore(t, c, redisstore.WithBatching(1))), "WithBatching(1): one call per admission")
+	assert.Equal(t, int64(640), calls(newStore(t, ring)), "a Ring: one call per admission by default")
 }
 
 func TestConformanceCluster(t *testing.T) {
@@ -441,7 +503,7 @@ func TestOptionsValidated(t *testing.T) {
 		{redisstore.WithClock(nil), "redisstore.WithClock"},
 		{redisstore.WithHashKey(nil), "redisstore.WithHashKey"},
 		{redisstore.WithHashKey([]byte("fifteen-bytes!!")), "redisstore.WithHashKey"},
-		{redisstore.WithBatching(1), "redisstore.WithBatching"},
+		{redisstore.WithBatching(0), "redisstore.WithBatching"},
 		{redisstore.WithLeases(0.5), "redisstore.WithLeases"},
 		{redisstore.WithFallbackLocal(llmrate.WithMaxKeys(0)), "redisstore.WithFallbackLocal"},
 		{nil, "redisstore.Option"},
@@ -517,7 +579,7 @@ func TestMatchesMemoryStore(t *testing.T) {
 		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
 			var now time.Time
 			clock := func() time.Time { return now }
-			opts := []redisstore.Option{redisstore.WithClock(clock)}
+			opts := []redisstore.Option{redisstore.WithClock(clock), redisstore.WithBatching(1)}
 			if batched {
 				opts = append(opts, redisstore.WithBatching(4))
 			}
