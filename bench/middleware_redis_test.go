@@ -30,7 +30,9 @@ type guarded struct{ llmrate.Store }
 //     configuration (Free figures: each key's first 200 requests are
 //     admitted, later ones refused, as redis_rate's with the same figures);
 //     "direct" is the store called on the request's goroutine (the client
-//     has ContextTimeoutEnabled), "guarded" on a goroutine per call.
+//     has ContextTimeoutEnabled), "guarded" on a goroutine per call;
+//     "unbatched" is direct with WithBatching(1), one script call per
+//     admission (the store's default batches concurrent admissions).
 //   - hot key: one key with figures no run exhausts (10^12 a minute),
 //     without leases and with leases of 0.1 and 0.25.
 //
@@ -53,10 +55,14 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 
 	// middleware returns an op serving one request for a key through a
 	// fresh limiter on a fresh prefix, and a func closing it.
-	middleware := func(b *testing.B, wrap bool, share float64, opts ...llmrate.Option) (func(key string) error, func()) {
+	// batch 0: the default.
+	middleware := func(b *testing.B, wrap bool, share float64, batch int, opts ...llmrate.Option) (func(key string) error, func()) {
 		ropts := []redisstore.Option{redisstore.WithHashKey([]byte("bench-secret-0123456789")), redisstore.WithPrefix("b" + strconv.FormatInt(prefix.Add(1), 10)), redisstore.WithTimeout(time.Second)}
 		if share > 0 {
 			ropts = append(ropts, redisstore.WithLeases(share))
+		}
+		if batch > 0 {
+			ropts = append(ropts, redisstore.WithBatching(batch))
 		}
 		store, err := redisstore.New(c, ropts...)
 		if err != nil {
@@ -109,21 +115,22 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 		return func(*testing.B) (func(key string) error, func()) { return f, func() {} }
 	}
 	benches := []bench{
-		{"distinct/llmrate-middleware-direct", false, func(b *testing.B) (func(string) error, func()) { return middleware(b, false, 0) }},
-		{"distinct/llmrate-middleware-guarded", false, func(b *testing.B) (func(string) error, func()) { return middleware(b, true, 0) }},
+		{"distinct/llmrate-middleware-direct", false, func(b *testing.B) (func(string) error, func()) { return middleware(b, false, 0, 0) }},
+		{"distinct/llmrate-middleware-direct-unbatched", false, func(b *testing.B) (func(string) error, func()) { return middleware(b, false, 0, 1) }},
+		{"distinct/llmrate-middleware-guarded", false, func(b *testing.B) (func(string) error, func()) { return middleware(b, true, 0, 0) }},
 		{"distinct/redis_rate", false, plain(func(key string) error {
 			_, err := rr.Allow(ctx, "rr"+strconv.FormatInt(prefix.Load(), 10)+key, rrFree)
 			return err
 		})},
 		{"distinct/plain-INCR", false, plain(func(key string) error { return c.Incr(ctx, key).Err() })},
 		{"hot/llmrate-middleware", true, func(b *testing.B) (func(string) error, func()) {
-			return middleware(b, false, 0, llmrate.WithTiers(hugeTiers))
+			return middleware(b, false, 0, 0, llmrate.WithTiers(hugeTiers))
 		}},
 		{"hot/llmrate-middleware-leases-0.1", true, func(b *testing.B) (func(string) error, func()) {
-			return middleware(b, false, 0.1, llmrate.WithTiers(hugeTiers))
+			return middleware(b, false, 0.1, 0, llmrate.WithTiers(hugeTiers))
 		}},
 		{"hot/llmrate-middleware-leases-0.25", true, func(b *testing.B) (func(string) error, func()) {
-			return middleware(b, false, 0.25, llmrate.WithTiers(hugeTiers))
+			return middleware(b, false, 0.25, 0, llmrate.WithTiers(hugeTiers))
 		}},
 		{"hot/redis_rate", true, plain(func(key string) error {
 			_, err := rr.Allow(ctx, "rr-hot", rrHuge)
