@@ -159,20 +159,31 @@ func (s *Store) runBatches(me *pending) {
 }
 
 // runBatch makes one script call for batch and answers every admission in
-// it (with the fallback's answers if the call fails).
+// it (with the fallback's answers if the call fails). A batch of one is
+// sent as an unbatched admission (admit.lua, which costs the server less).
+// The call is bounded by the store's timeout alone: a caller that gives up
+// withdraws (admitBatched), and its deadline does not end a call that
+// others' admissions may share, nor count as a Redis failure.
 func (s *Store) runBatch(batch []*pending) {
-	keys := make([]string, 0, 2*len(batch))
-	args := make([]any, 0, 1+len(batch))
-	args = append(args, s.nowArg())
-	for _, p := range batch {
-		keys = append(keys, p.k, p.w)
-		args = append(args, admitArg(p.r))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	res, err := batchScript.Run(ctx, s.c, keys, args...).Int64Slice()
+	var res []int64
+	var err error
+	if len(batch) == 1 {
+		p := batch[0]
+		res, err = admitScript.Run(ctx, s.c, []string{p.k, p.w}, s.nowArg(), admitArg(p.r)).Int64Slice()
+	} else {
+		keys := make([]string, 0, 2*len(batch))
+		args := make([]any, 0, 1+len(batch))
+		args = append(args, s.nowArg())
+		for _, p := range batch {
+			keys = append(keys, p.k, p.w)
+			args = append(args, admitArg(p.r))
+		}
+		res, err = batchScript.Run(ctx, s.c, keys, args...).Int64Slice()
+	}
 	if err == nil && len(res) != 8*len(batch) {
-		err = errors.New("batch script returned " + strconv.Itoa(len(res)) + " values")
+		err = errors.New("admission script returned " + strconv.Itoa(len(res)) + " values for " + strconv.Itoa(len(batch)) + " admissions")
 	}
 	if err != nil {
 		err = s.failed(err)

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"time"
+
+	"github.com/llmrate/llmrate"
 )
 
 // ReturnIdleLeases runs the returner's pass now: every lease last used
@@ -13,3 +15,20 @@ func (s *Store) ReturnIdleLeases(ctx context.Context, idleSince time.Time) error
 
 // Leased is the number of admissions decided on a lease.
 func (s *Store) Leased() int { return int(s.leases.local.Load()) }
+
+// AdmitTogether decides rs in one batched script call, in order, as
+// admissions arriving together while a call is in flight are; each
+// decision with its error.
+func (s *Store) AdmitTogether(rs []llmrate.AdmitRequest) ([]llmrate.Decision, []error) {
+	batch := make([]*pending, len(rs))
+	for i, r := range rs {
+		k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
+		batch[i] = &pending{r: r, k: k, w: w, done: make(chan struct{})}
+	}
+	s.runBatch(batch)
+	ds, errs := make([]llmrate.Decision, len(rs)), make([]error, len(rs))
+	for i, p := range batch {
+		ds[i], errs[i] = p.d, p.err
+	}
+	return ds, errs
+}

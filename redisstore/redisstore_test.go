@@ -585,7 +585,7 @@ func TestMatchesMemoryStore(t *testing.T) {
 			}
 			rs := newStore(t, c, opts...)
 			ctx := context.Background()
-			steps := 0
+			steps, batchedSteps := 0, 0
 			for seed := uint64(1); seed <= 150; seed++ {
 				rng := rand.New(rand.NewPCG(seed, 7))
 				mem := llmrate.NewMemoryStore()
@@ -621,12 +621,34 @@ func TestMatchesMemoryStore(t *testing.T) {
 					req := llmrate.AdmitRequest{Key: key, Workspace: ws, Model: model, KeyLimits: kl, WorkspaceLimits: wl, Tokens: est, Solo: solo, Now: now}
 					want, err := mem.Admit(ctx, req)
 					require.NoError(t, err)
-					got, err := rs.Admit(ctx, req)
-					require.NoError(t, err)
 					// Redis reports Retry-After in whole seconds, rounded up:
 					// what the header carries.
 					want.RetryAfter = (want.RetryAfter + time.Second - 1).Truncate(time.Second)
-					require.Equal(t, want, got, "seed %d step %d: %+v", seed, step, req)
+					if batched && rng.IntN(3) == 0 {
+						// Two or three admissions arriving together share one
+						// call (the batch script), decided in order at one instant.
+						reqs := []llmrate.AdmitRequest{req}
+						wants := []llmrate.Decision{want}
+						for range 1 + rng.IntN(2) {
+							r := req
+							r.Tokens = 1 + rng.Int64N(kl.TokensPerMinute)
+							r.Model = []string{"", "", "gpt-4o*", "o3"}[rng.IntN(4)]
+							w, err := mem.Admit(ctx, r)
+							require.NoError(t, err)
+							w.RetryAfter = (w.RetryAfter + time.Second - 1).Truncate(time.Second)
+							reqs, wants = append(reqs, r), append(wants, w)
+						}
+						gots, errs := rs.AdmitTogether(reqs)
+						for i := range reqs {
+							require.NoError(t, errs[i])
+							require.Equal(t, wants[i], gots[i], "seed %d step %d, admission %d of %d together: %+v", seed, step, i, len(reqs), reqs[i])
+						}
+						batchedSteps++
+					} else {
+						got, err := rs.Admit(ctx, req)
+						require.NoError(t, err)
+						require.Equal(t, want, got, "seed %d step %d: %+v", seed, step, req)
+					}
 					if !want.Allowed || rng.IntN(3) == 0 {
 						continue
 					}
@@ -639,7 +661,10 @@ func TestMatchesMemoryStore(t *testing.T) {
 					require.NoError(t, rs.Reconcile(ctx, rec))
 				}
 			}
-			t.Logf("%d steps compared", steps)
+			t.Logf("%d steps compared, %d of them admissions decided together in one call", steps, batchedSteps)
+			if batched {
+				assert.Positive(t, batchedSteps)
+			}
 		})
 	}
 }
