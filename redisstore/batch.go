@@ -62,9 +62,27 @@ type pending struct {
 // while it is the leader.
 func (s *Store) admitBatched(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
 	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
-	p := &pending{r: r, k: k, w: w, done: make(chan struct{}), lead: make(chan struct{})}
 	b := s.batch
 	b.mu.Lock()
+	if !b.running {
+		// No call in flight (and so none waiting): this admission goes at
+		// once, alone, and its caller leads the calls of those that arrive
+		// meanwhile, as the first caller of a run does below, without
+		// queueing itself.
+		b.running = true
+		b.mu.Unlock()
+		defer func() {
+			b.mu.Lock()
+			b.handOffLocked()
+			b.mu.Unlock()
+		}()
+		res, err := s.call([]string{k, w}, []any{s.nowArg(), admitArg(r)}, 1)
+		if err != nil {
+			return s.admitLocal(ctx, r, err)
+		}
+		return decisionFrom(res), nil
+	}
+	p := &pending{r: r, k: k, w: w, done: make(chan struct{}), lead: make(chan struct{})}
 	b.queue = append(b.queue, p)
 	leader := !b.running
 	b.running = true
@@ -159,45 +177,49 @@ func (s *Store) runBatches(me *pending) {
 }
 
 // runBatch makes one script call for batch and answers every admission in
-// it (with the fallback's answers if the call fails). A batch of one is
-// sent as an unbatched admission (admit.lua, which costs the server less).
-// The call is bounded by the store's timeout alone: a caller that gives up
-// withdraws (admitBatched), and its deadline does not end a call that
-// others' admissions may share, nor count as a Redis failure.
+// it (with the fallback's answers if the call fails).
 func (s *Store) runBatch(batch []*pending) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	var res []int64
-	var err error
-	if len(batch) == 1 {
-		p := batch[0]
-		res, err = admitScript.Run(ctx, s.c, []string{p.k, p.w}, s.nowArg(), admitArg(p.r)).Int64Slice()
-	} else {
-		keys := make([]string, 0, 2*len(batch))
-		args := make([]any, 0, 1+len(batch))
-		args = append(args, s.nowArg())
-		for _, p := range batch {
-			keys = append(keys, p.k, p.w)
-			args = append(args, admitArg(p.r))
-		}
-		res, err = batchScript.Run(ctx, s.c, keys, args...).Int64Slice()
+	keys := make([]string, 0, 2*len(batch))
+	args := make([]any, 0, 1+len(batch))
+	args = append(args, s.nowArg())
+	for _, p := range batch {
+		keys = append(keys, p.k, p.w)
+		args = append(args, admitArg(p.r))
 	}
-	if err == nil && len(res) != 8*len(batch) {
-		err = errors.New("admission script returned " + strconv.Itoa(len(res)) + " values for " + strconv.Itoa(len(batch)) + " admissions")
-	}
-	if err != nil {
-		err = s.failed(err)
-		for _, p := range batch {
-			p.d, p.err = s.admitLocal(ctx, p.r, err)
-			close(p.done)
-		}
-		return
-	}
-	s.succeeded()
+	res, err := s.call(keys, args, len(batch))
 	for i, p := range batch {
-		p.d = decisionFrom(res[8*i : 8*i+8])
+		if err != nil {
+			p.d, p.err = s.admitLocal(context.Background(), p.r, err)
+		} else {
+			p.d = decisionFrom(res[8*i : 8*i+8])
+		}
 		close(p.done)
 	}
+}
+
+// call runs n admissions (keys and args as batch.lua takes them) in one
+// script call and returns their 8n results, or the error, counted (failed).
+// One admission is sent as admit.lua, which costs the server less than a
+// batch of one. The call is bounded by the store's timeout alone, not by a
+// caller's context: a caller that gives up withdraws (admitBatched), and
+// its deadline neither ends a call that others' admissions may share nor
+// counts as a Redis failure.
+func (s *Store) call(keys []string, args []any, n int) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	script := batchScript
+	if n == 1 {
+		script = admitScript
+	}
+	res, err := script.Run(ctx, s.c, keys, args...).Int64Slice()
+	if err == nil && len(res) != 8*n {
+		err = errors.New("admission script returned " + strconv.Itoa(len(res)) + " values for " + strconv.Itoa(n) + " admissions")
+	}
+	if err != nil {
+		return nil, s.failed(err)
+	}
+	s.succeeded()
+	return res, nil
 }
 
 func decisionFrom(res []int64) llmrate.Decision {
