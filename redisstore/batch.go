@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -76,7 +77,7 @@ func (s *Store) admitBatched(ctx context.Context, r llmrate.AdmitRequest) (llmra
 			b.handOffLocked()
 			b.mu.Unlock()
 		}()
-		res, err := s.call([]string{k, w}, []any{s.nowArg(), admitArg(r)}, 1)
+		res, err := s.call(ctx, []string{k, w}, []any{s.nowArg(), admitArg(r)}, 1)
 		if err != nil {
 			return s.admitLocal(ctx, r, err)
 		}
@@ -186,7 +187,7 @@ func (s *Store) runBatch(batch []*pending) {
 		keys = append(keys, p.k, p.w)
 		args = append(args, admitArg(p.r))
 	}
-	res, err := s.call(keys, args, len(batch))
+	res, err := s.call(nil, keys, args, len(batch))
 	for i, p := range batch {
 		if err != nil {
 			p.d, p.err = s.admitLocal(context.Background(), p.r, err)
@@ -198,24 +199,39 @@ func (s *Store) runBatch(batch []*pending) {
 }
 
 // call runs n admissions (keys and args as batch.lua takes them) in one
-// script call and returns their 8n results, or the error, counted (failed).
-// One admission is sent as admit.lua, which costs the server less than a
-// batch of one. The call is bounded by the store's timeout alone, not by a
-// caller's context: a caller that gives up withdraws (admitBatched), and
-// its deadline neither ends a call that others' admissions may share nor
-// counts as a Redis failure.
-func (s *Store) call(keys []string, args []any, n int) ([]int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+// script call and returns their 8n results, or the error. One admission is
+// sent as admit.lua, which costs the server less than a batch of one.
+//
+// ctx is the context of the one caller whose admission this call carries
+// alone, or nil for a call that carries others' (a batch): such a call is
+// bounded by the store's timeout alone, since a caller that gives up
+// withdraws (admitBatched) and its deadline must not end a call that others
+// share. A lone caller's call runs under its own context, bounded by the
+// store's timeout (bound: no timer of its own when the context's deadline
+// is that near already). A call that the caller's context ends before the
+// store's timeout has passed is not counted as a Redis failure (Errors, and
+// the three in a row that stop the store trying): the caller gave up, Redis
+// did not fail.
+func (s *Store) call(ctx context.Context, keys []string, args []any, n int) ([]int64, error) {
+	own := ctx != nil
+	if !own {
+		ctx = context.Background()
+	}
+	start := time.Now()
+	cctx, cancel := s.bound(ctx)
 	defer cancel()
 	script := batchScript
 	if n == 1 {
 		script = admitScript
 	}
-	res, err := script.Run(ctx, s.c, keys, args...).Int64Slice()
+	res, err := script.Run(cctx, s.c, keys, args...).Int64Slice()
 	if err == nil && len(res) != 8*n {
 		err = errors.New("admission script returned " + strconv.Itoa(len(res)) + " values for " + strconv.Itoa(n) + " admissions")
 	}
 	if err != nil {
+		if own && ctx.Err() != nil && time.Since(start) < s.timeout {
+			return nil, fmt.Errorf("redisstore: %w", err)
+		}
 		return nil, s.failed(err)
 	}
 	s.succeeded()

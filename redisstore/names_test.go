@@ -127,3 +127,28 @@ func TestRefillLargeFiguresMatchMemoryStore(t *testing.T) {
 		}
 	}
 }
+
+// TestCallerGivingUpIsNotARedisFailure: admissions whose callers' contexts
+// end before Redis answers (here: before the call) fail, but are not
+// counted as Redis failures: three of them in a row do not stop the store
+// trying Redis (which a failing Redis does, for WithRetryInterval), batched
+// (the default) or not.
+func TestCallerGivingUpIsNotARedisFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	free := llmrate.DefaultTiers().Free
+	for _, batch := range []int{1, redisstore.DefaultBatch} {
+		s := newStore(t, c, redisstore.WithBatching(batch), redisstore.WithRetryInterval(time.Hour))
+		gone, cancel := context.WithCancel(context.Background())
+		cancel()
+		req := llmrate.AdmitRequest{Key: "sk-g", Workspace: "sk-g", KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Solo: true, Now: time.Now()}
+		for range 5 {
+			_, err := s.Admit(gone, req)
+			require.ErrorIs(t, err, context.Canceled, "batch %d", batch)
+		}
+		assert.Zero(t, s.Errors(), "batch %d: no Redis failure counted", batch)
+		d, err := s.Admit(context.Background(), req)
+		require.NoError(t, err, "batch %d: the store still tries Redis", batch)
+		assert.True(t, d.Allowed)
+	}
+}

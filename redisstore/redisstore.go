@@ -322,7 +322,10 @@ func (s *Store) NotifyEvictions(o llmrate.Observer) (stop func()) {
 	return s.fallback.NotifyEvictions(o)
 }
 
-// Errors returns how many Redis calls failed.
+// Errors returns how many Redis calls failed. A call that its caller's
+// context ended before the store's timeout had passed is not counted (nor
+// towards WithRetryInterval's three in a row): the caller gave up, Redis
+// did not fail.
 func (s *Store) Errors() int64 { return s.errors.Load() }
 
 // Keys returns the Redis key names of the two entries of (key, workspace)
@@ -435,16 +438,10 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 		return s.admitBatched(ctx, r)
 	}
 	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	res, err := admitScript.Run(ctx, s.c, []string{k, w}, s.nowArg(), admitArg(r)).Int64Slice()
-	if err == nil && len(res) != 8 {
-		err = fmt.Errorf("admit script returned %d values", len(res))
-	}
+	res, err := s.call(ctx, []string{k, w}, []any{s.nowArg(), admitArg(r)}, 1)
 	if err != nil {
-		return s.admitLocal(ctx, r, s.failed(err))
+		return s.admitLocal(ctx, r, err)
 	}
-	s.succeeded()
 	return decisionFrom(res), nil
 }
 
