@@ -77,7 +77,7 @@ func (s *Store) admitBatched(ctx context.Context, r llmrate.AdmitRequest) (llmra
 			b.handOffLocked()
 			b.mu.Unlock()
 		}()
-		res, err := s.call(ctx, []string{k, w}, []any{s.nowArg(), admitArg(r)}, 1)
+		res, err := s.call(ctx, true, []string{k, w}, []any{s.nowArg(), admitArg(r)}, 1)
 		if err != nil {
 			return s.admitLocal(ctx, r, err)
 		}
@@ -187,7 +187,7 @@ func (s *Store) runBatch(batch []*pending) {
 		keys = append(keys, p.k, p.w)
 		args = append(args, admitArg(p.r))
 	}
-	res, err := s.call(nil, keys, args, len(batch))
+	res, err := s.call(context.Background(), false, keys, args, len(batch))
 	for i, p := range batch {
 		if err != nil {
 			p.d, p.err = s.admitLocal(context.Background(), p.r, err)
@@ -202,9 +202,9 @@ func (s *Store) runBatch(batch []*pending) {
 // script call and returns their 8n results, or the error. One admission is
 // sent as admit.lua, which costs the server less than a batch of one.
 //
-// ctx is the context of the one caller whose admission this call carries
-// alone, or nil for a call that carries others' (a batch): such a call is
-// bounded by the store's timeout alone, since a caller that gives up
+// With own, the call carries only the admission of the caller whose context
+// is ctx; else it carries others' (a batch) and ctx is Background: such a
+// call is bounded by the store's timeout alone, since a caller that gives up
 // withdraws (admitBatched) and its deadline must not end a call that others
 // share. A lone caller's call runs under its own context, bounded by the
 // store's timeout (bound: no timer of its own when the context's deadline
@@ -212,11 +212,7 @@ func (s *Store) runBatch(batch []*pending) {
 // store's timeout has passed is not counted as a Redis failure (Errors, and
 // the three in a row that stop the store trying): the caller gave up, Redis
 // did not fail.
-func (s *Store) call(ctx context.Context, keys []string, args []any, n int) ([]int64, error) {
-	own := ctx != nil
-	if !own {
-		ctx = context.Background()
-	}
+func (s *Store) call(ctx context.Context, own bool, keys []string, args []any, n int) ([]int64, error) {
 	start := time.Now()
 	cctx, cancel := s.bound(ctx)
 	defer cancel()

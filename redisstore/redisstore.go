@@ -438,7 +438,7 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 		return s.admitBatched(ctx, r)
 	}
 	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
-	res, err := s.call(ctx, []string{k, w}, []any{s.nowArg(), admitArg(r)}, 1)
+	res, err := s.call(ctx, true, []string{k, w}, []any{s.nowArg(), admitArg(r)}, 1)
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
 	}
