@@ -19,26 +19,32 @@ var (
 	batchScript = redis.NewScript(arithLua + admitOneLua + batchLua)
 )
 
-// WithBatching sets the most admissions one script call carries. An
-// admission that finds no call in flight is sent at once, alone; those that
-// arrive while a call is in flight go together in the next call, up to max
-// per call: one round trip and one script run for many admissions, each
-// still atomic and checked in arrival order. Under concurrency this costs
-// an admission at most about one more round trip of latency (it waits for
-// the call in flight), and saves the Redis server and the client most of
-// their per-call work, which is what bounds the admissions per second of a
-// busy gateway (see BENCHMARKS.md). No goroutine is started: the caller
-// whose admission finds no call in flight runs the calls, and hands over to
-// a waiting caller once its own admission is answered. Reconciles are not
-// batched.
+// WithBatching sets the most admissions one script call carries (opt-in;
+// default 1: one call per admission). An admission that finds no call in
+// flight is sent at once, alone; those that arrive while a call is in
+// flight go together in the next call, up to max per call: one round trip
+// and one script run for many admissions, each still atomic and checked in
+// arrival order. Under concurrency this saves the Redis server and the
+// client most of their per-call work, which is what bounds the admissions
+// per second of a busy gateway (see BENCHMARKS.md). No goroutine is
+// started: the caller whose admission finds no call in flight runs the
+// calls, and hands over to a waiting caller once its own admission is
+// answered. Reconciles are not batched.
 //
-// Default: DefaultBatch on a single-node or Sentinel client (a
-// *redis.Client) without WithLeases; one admission per call on a Cluster
-// client or Ring (which route a call by its first key, and a batch names
-// many) or with WithLeases. max 1 turns batching off: every admission is
-// its own call, run on its own pooled connection. max must be at least 1;
-// over 1 it is refused on other clients than *redis.Client, and with
-// WithLeases.
+// The price is latency headroom: an admission that arrives during a call
+// waits for it, then for its own, so it needs about two round trips within
+// its deadline where an unbatched one needs one. A call carrying several
+// admissions runs until the earliest of their deadlines (or the store's
+// timeout); an admission whose deadline passes while it still waits to be
+// sent is withdrawn, never sent, and decided by the local fallback
+// (WithFallbackLocal) or failed; one whose call times out may still have
+// been applied in Redis, as any timed-out call may. So with batching, keep
+// the store's timeout under half the limiter's (WithStoreTimeout) and both
+// well above Redis's latency.
+//
+// max must be at least 1; over 1 it is refused on other clients than a
+// single-node or Sentinel *redis.Client (a Cluster client or Ring routes a
+// call by its first key, and a batch names many), and with WithLeases.
 func WithBatching(max int) Option {
 	return optionFunc(func(c *config) { c.batch, c.batchSet = max, true })
 }
@@ -53,6 +59,7 @@ type batcher struct {
 type pending struct {
 	r    llmrate.AdmitRequest
 	k, w string
+	dl   time.Time // the caller's deadline; zero when it has none
 	d    llmrate.Decision
 	err  error
 	done chan struct{} // closed when d and err are set
@@ -84,17 +91,13 @@ func (s *Store) admitBatched(ctx context.Context, r llmrate.AdmitRequest) (llmra
 		return decisionFrom(res), nil
 	}
 	p := &pending{r: r, k: k, w: w, done: make(chan struct{}), lead: make(chan struct{})}
+	p.dl, _ = ctx.Deadline()
 	b.queue = append(b.queue, p)
-	leader := !b.running
-	b.running = true
 	b.mu.Unlock()
-	// A caller leads at most once: the first caller of a run, or the one
-	// handed the lead; after leading, its own admission is answered.
+	// A call is in flight: wait for an answer, or for the lead (handed to
+	// the first waiting caller when the leader's own admission is
+	// answered), which a caller takes at most once.
 	lead := p.lead
-	if leader {
-		s.runBatches(p)
-		lead = nil
-	}
 	for {
 		select {
 		case <-p.done:
@@ -108,36 +111,49 @@ func (s *Store) admitBatched(ctx context.Context, r llmrate.AdmitRequest) (llmra
 				return p.d, p.err
 			default:
 			}
-			s.withdraw(p, lead == nil)
-			// The admission may still be decided in a call in flight; the
-			// limiter fails open on this error either way.
+			if s.withdraw(p, lead == nil) {
+				// Never sent: Redis has not counted it, the fallback may.
+				return s.admitLocal(ctx, r, ctx.Err())
+			}
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// Sent: its call ends by the earliest deadline among its
+				// admissions, this one's or sooner, so its answer (Redis's,
+				// or the fallback's when the call failed) is due now.
+				<-p.done
+				return p.d, p.err
+			}
+			// Cancelled: return at once; the call in flight may still
+			// apply the admission in Redis.
 			return llmrate.Decision{}, ctx.Err()
 		}
 	}
 }
 
-// withdraw takes a caller that gave up out of the queue; if it had been
-// handed the lead meanwhile (and not used it: led is false), it passes the
-// lead on. Handing over and withdrawing happen under one lock, so the lead
-// is never lost nor doubled.
-func (s *Store) withdraw(p *pending, led bool) {
+// withdraw takes a caller that gave up out of the queue and reports whether
+// it was still there (never sent); if it had been handed the lead
+// meanwhile (and not used it: led is false), it passes the lead on. Handing
+// over and withdrawing happen under one lock, so the lead is never lost nor
+// doubled.
+func (s *Store) withdraw(p *pending, led bool) (queued bool) {
 	b := s.batch
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, q := range b.queue {
 		if q == p {
 			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			queued = true
 			break
 		}
 	}
 	if led {
-		return
+		return queued
 	}
 	select {
 	case <-p.lead:
 		b.handOffLocked()
 	default:
 	}
+	return queued
 }
 
 // handOffLocked gives the lead to the first waiting caller, or ends the run
@@ -187,7 +203,21 @@ func (s *Store) runBatch(batch []*pending) {
 		keys = append(keys, p.k, p.w)
 		args = append(args, admitArg(p.r))
 	}
-	res, err := s.call(context.Background(), false, keys, args, len(batch))
+	// The call ends by the earliest deadline among its admissions, so that
+	// each caller (the one running it included) is answered within its own.
+	ctx := context.Background()
+	var dl time.Time
+	for _, p := range batch {
+		if !p.dl.IsZero() && (dl.IsZero() || p.dl.Before(dl)) {
+			dl = p.dl
+		}
+	}
+	if !dl.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		defer cancel()
+	}
+	res, err := s.call(ctx, false, keys, args, len(batch))
 	for i, p := range batch {
 		if err != nil {
 			p.d, p.err = s.admitLocal(context.Background(), p.r, err)
@@ -203,15 +233,14 @@ func (s *Store) runBatch(batch []*pending) {
 // sent as admit.lua, which costs the server less than a batch of one.
 //
 // With own, the call carries only the admission of the caller whose context
-// is ctx; else it carries others' (a batch) and ctx is Background: such a
-// call is bounded by the store's timeout alone, since a caller that gives up
-// withdraws (admitBatched) and its deadline must not end a call that others
-// share. A lone caller's call runs under its own context, bounded by the
-// store's timeout (bound: no timer of its own when the context's deadline
-// is that near already). A call that the caller's context ends before the
-// store's timeout has passed is not counted as a Redis failure (Errors, and
-// the three in a row that stop the store trying): the caller gave up, Redis
-// did not fail.
+// is ctx; else it carries a batch, and ctx ends at the earliest deadline
+// among its admissions. Either way the call is bounded by the store's
+// timeout too (bound: no timer of its own when ctx's deadline is that near
+// already). A failed call counts as a Redis failure (Errors, and the three
+// in a row that stop the store trying for WithRetryInterval), a deadline
+// passing included: Redis did not answer within the time allowed. Only a
+// caller's explicit cancellation of its own lone call, before the store's
+// timeout, is not counted: the caller gave up, Redis did not fail.
 func (s *Store) call(ctx context.Context, own bool, keys []string, args []any, n int) ([]int64, error) {
 	start := time.Now()
 	cctx, cancel := s.bound(ctx)
@@ -225,7 +254,7 @@ func (s *Store) call(ctx context.Context, own bool, keys []string, args []any, n
 		err = errors.New("admission script returned " + strconv.Itoa(len(res)) + " values for " + strconv.Itoa(n) + " admissions")
 	}
 	if err != nil {
-		if own && ctx.Err() != nil && time.Since(start) < s.timeout {
+		if own && errors.Is(ctx.Err(), context.Canceled) && time.Since(start) < s.timeout {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 		return nil, s.failed(err)

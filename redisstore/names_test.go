@@ -128,16 +128,17 @@ func TestRefillLargeFiguresMatchMemoryStore(t *testing.T) {
 	}
 }
 
-// TestCallerGivingUpIsNotARedisFailure: admissions whose callers' contexts
-// end before Redis answers (here: before the call) fail, but are not
-// counted as Redis failures: three of them in a row do not stop the store
-// trying Redis (which a failing Redis does, for WithRetryInterval), batched
-// (the default) or not.
+// TestCallerGivingUpIsNotARedisFailure: admissions whose callers cancel
+// their contexts before Redis answers (here: before the call) fail, but
+// are not counted as Redis failures: three of them in a row do not stop
+// the store trying Redis (which a failing Redis does, for
+// WithRetryInterval), batched or not. (A deadline passing is counted:
+// TestDeadlineCountsAsRedisFailure.)
 func TestCallerGivingUpIsNotARedisFailure(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
 	free := llmrate.DefaultTiers().Free
-	for _, batch := range []int{1, redisstore.DefaultBatch} {
+	for _, batch := range []int{1, 64} {
 		s := newStore(t, c, redisstore.WithBatching(batch), redisstore.WithRetryInterval(time.Hour))
 		gone, cancel := context.WithCancel(context.Background())
 		cancel()

@@ -5,7 +5,7 @@
 // first use) checks and debits all four buckets all or nothing, on the
 // Redis server's clock (TIME), so gateway hosts with skewed clocks cannot
 // mint capacity. Admissions arriving while a call is in flight share the
-// next call (WithBatching; by default on a *redis.Client). Each reconcile
+// next call with WithBatching (opt-in). Each reconcile
 // is one more round trip.
 //
 // Keys: a request's two entries (the key's buckets within its workspace, and
@@ -107,9 +107,6 @@ const (
 	DefaultPrefix        = "llmrate"
 	DefaultTimeout       = 30 * time.Millisecond
 	DefaultRetryInterval = time.Second
-	// DefaultBatch is the most admissions one script call carries by
-	// default (see WithBatching).
-	DefaultBatch = 64
 )
 
 // MinHashKeyLen is the shortest secret WithHashKey accepts.
@@ -239,7 +236,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		_, _ = rand.Read(id) // never fails (crypto/rand)
 		s.leases = &leaser{share: c.leases, id: hex.EncodeToString(id), held: map[string]*group{}, stop: make(chan struct{})}
 	}
-	if n := c.batchSize(client); n >= 2 {
+	if n := c.batchSize(); n >= 2 {
 		s.batch = &batcher{max: n}
 	}
 	return s, nil
@@ -299,15 +296,10 @@ func (c *config) check(client redis.UniversalClient) error {
 }
 
 // batchSize is the most admissions per script call: WithBatching's, else
-// DefaultBatch on a single-node or Sentinel client (*redis.Client) without
-// leases, else 1 (a Cluster client or Ring routes a call by its first key,
-// and a batch names many).
-func (c *config) batchSize(client redis.UniversalClient) int {
+// 1 (batching is opt-in).
+func (c *config) batchSize() int {
 	if c.batchSet {
 		return c.batch
-	}
-	if _, ok := client.(*redis.Client); ok && !c.leasesSet {
-		return DefaultBatch
 	}
 	return 1
 }
@@ -322,10 +314,12 @@ func (s *Store) NotifyEvictions(o llmrate.Observer) (stop func()) {
 	return s.fallback.NotifyEvictions(o)
 }
 
-// Errors returns how many Redis calls failed. A call that its caller's
-// context ended before the store's timeout had passed is not counted (nor
-// towards WithRetryInterval's three in a row): the caller gave up, Redis
-// did not fail.
+// Errors returns how many Redis calls failed, a deadline passing before
+// Redis answered included (the limiter's store timeout, when shorter than
+// the store's, is such a deadline: Redis did not answer in the time
+// allowed). Only a call its caller cancelled, before the store's timeout
+// had passed, is not counted (nor towards WithRetryInterval's three in a
+// row): the caller gave up, Redis did not fail.
 func (s *Store) Errors() int64 { return s.errors.Load() }
 
 // Keys returns the Redis key names of the two entries of (key, workspace)

@@ -109,11 +109,13 @@ func TestBatchingFewerCalls(t *testing.T) {
 
 // TestBatchingWithdrawals: callers giving up at random moments (some while
 // handed the lead) never lose or double the lead: everyone returns, and the
-// store still answers afterwards.
+// store still answers afterwards. (Their deadlines, 0 to 20 ms, pass before
+// many calls are answered; each such call counts as a Redis failure, so
+// the store retries Redis at once rather than stopping for a second.)
 func TestBatchingWithdrawals(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
-	s := newStore(t, c, redisstore.WithBatching(4))
+	s := newStore(t, c, redisstore.WithBatching(4), redisstore.WithRetryInterval(0))
 	lim := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
 	var wg sync.WaitGroup
 	var answered, gaveUp atomic.Int64
@@ -170,44 +172,6 @@ func TestBatchingOptionValidated(t *testing.T) {
 		require.ErrorAs(t, err, &ce, "WithBatching(%d)", n)
 		assert.Equal(t, "redisstore.WithBatching", ce.Option)
 	}
-}
-
-// TestBatchingDefault: on a *redis.Client the store batches by default (64
-// concurrent callers share script calls); WithBatching(1) makes one call
-// per admission; on a Ring (which routes a call by its first key) the
-// default is one call per admission too.
-func TestBatchingDefault(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}, PoolSize: 64})
-	t.Cleanup(func() { _ = ring.Close() })
-	lim := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
-	// calls returns the script calls that 64 callers × 10 admissions took.
-	calls := func(s *redisstore.Store) int64 {
-		// loads the script first (concurrent NOSCRIPT answers would each retry by EVAL)
-		_, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "warm", Workspace: "warm", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true})
-		require.NoError(t, err)
-		before := commandCalls(t, c)
-		var wg sync.WaitGroup
-		for g := range 64 {
-			wg.Go(func() {
-				for i := range 10 {
-					key := fmt.Sprintf("sk-%d-%d", g, i)
-					d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true})
-					assert.NoError(t, err)
-					assert.True(t, d.Allowed)
-				}
-			})
-		}
-		wg.Wait()
-		after := commandCalls(t, c)
-		return after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
-	}
-	byDefault := calls(newStore(t, c))
-	t.Logf("default: 640 admissions in %d script calls", byDefault)
-	assert.Less(t, byDefault, int64(640), "batched by default")
-	assert.Equal(t, int64(640), calls(newStore(t, c, redisstore.WithBatching(1))), "WithBatching(1): one call per admission")
-	assert.Equal(t, int64(640), calls(newStore(t, ring)), "a Ring: one call per admission by default")
 }
 
 func TestConformanceCluster(t *testing.T) {
