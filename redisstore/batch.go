@@ -37,10 +37,16 @@ var (
 // admissions runs until the earliest of their deadlines (or the store's
 // timeout); an admission whose deadline passes while it still waits to be
 // sent is withdrawn, never sent, and decided by the local fallback
-// (WithFallbackLocal) or failed; one whose call times out may still have
-// been applied in Redis, as any timed-out call may. So with batching, keep
-// the store's timeout under half the limiter's (WithStoreTimeout) and both
-// well above Redis's latency.
+// (WithFallbackLocal) or failed; when a call times out, every admission in
+// it gets the fallback's answer or the error (and may still have been
+// applied in Redis, as any timed-out call may). Through the limiter every
+// admission has the same time allowed, so the earliest deadline is the
+// first arrival's; a direct caller mixing short and long deadlines in
+// concurrent admissions lets the short ones end calls the long ones share.
+// So with batching, keep the store's timeout under half the limiter's
+// (WithStoreTimeout) and both well above Redis's latency. As without
+// batching, calls end by their deadlines only on a client with
+// ContextTimeoutEnabled.
 //
 // max must be at least 1; over 1 it is refused on other clients than a
 // single-node or Sentinel *redis.Client (a Cluster client or Ring routes a
@@ -194,20 +200,36 @@ func (s *Store) runBatches(me *pending) {
 }
 
 // runBatch makes one script call for batch and answers every admission in
-// it (with the fallback's answers if the call fails).
+// it (with the fallback's answers if the call fails). An admission whose
+// caller's deadline has already passed is not sent: it is answered as a
+// failed call would be.
 func (s *Store) runBatch(batch []*pending) {
-	keys := make([]string, 0, 2*len(batch))
-	args := make([]any, 0, 1+len(batch))
-	args = append(args, s.nowArg())
+	now := time.Now()
+	live := batch[:0:0]
 	for _, p := range batch {
+		if !p.dl.IsZero() && !now.Before(p.dl) {
+			p.d, p.err = s.admitLocal(context.Background(), p.r, context.DeadlineExceeded)
+			close(p.done)
+			continue
+		}
+		live = append(live, p)
+	}
+	if len(live) == 0 {
+		return
+	}
+	keys := make([]string, 0, 2*len(live))
+	args := make([]any, 0, 1+len(live))
+	args = append(args, s.nowArg())
+	for _, p := range live {
 		keys = append(keys, p.k, p.w)
 		args = append(args, admitArg(p.r))
 	}
 	// The call ends by the earliest deadline among its admissions, so that
-	// each caller (the one running it included) is answered within its own.
+	// each caller (the one running it included) is answered within its own;
+	// the others then get the fallback's answer, or the error.
 	ctx := context.Background()
 	var dl time.Time
-	for _, p := range batch {
+	for _, p := range live {
 		if !p.dl.IsZero() && (dl.IsZero() || p.dl.Before(dl)) {
 			dl = p.dl
 		}
@@ -217,8 +239,8 @@ func (s *Store) runBatch(batch []*pending) {
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
-	res, err := s.call(ctx, false, keys, args, len(batch))
-	for i, p := range batch {
+	res, err := s.call(ctx, false, keys, args, len(live))
+	for i, p := range live {
 		if err != nil {
 			p.d, p.err = s.admitLocal(context.Background(), p.r, err)
 		} else {
@@ -238,10 +260,15 @@ func (s *Store) runBatch(batch []*pending) {
 // timeout too (bound: no timer of its own when ctx's deadline is that near
 // already). A failed call counts as a Redis failure (Errors, and the three
 // in a row that stop the store trying for WithRetryInterval), a deadline
-// passing included: Redis did not answer within the time allowed. Only a
-// caller's explicit cancellation of its own lone call, before the store's
-// timeout, is not counted: the caller gave up, Redis did not fail.
+// passing included: Redis did not answer within the time allowed. Not
+// counted: a call whose context was done before it started (nothing was
+// sent), and a caller's explicit cancellation of its own lone call before
+// the store's timeout (the caller gave up, Redis did not fail).
 func (s *Store) call(ctx context.Context, own bool, keys []string, args []any, n int) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		// Done before anything was sent: not a Redis failure.
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
 	start := time.Now()
 	cctx, cancel := s.bound(ctx)
 	defer cancel()

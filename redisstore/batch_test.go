@@ -259,3 +259,29 @@ func TestDeadlineCountsAsRedisFailure(t *testing.T) {
 		assert.Equal(t, int64(10), s.Errors(), "batch %d: every call to a Redis that never answers is a Redis failure", batch)
 	}
 }
+
+// TestExpiredCallersDoNotTripTheBreaker: calls whose context is done before
+// they start send nothing, so they are not Redis failures: three of them do
+// not stop the store trying a healthy Redis, batched or not.
+func TestExpiredCallersDoNotTripTheBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	lim := llmrate.DefaultTiers().Free
+	req := llmrate.AdmitRequest{Key: "sk-e", Workspace: "sk-e", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true}
+	for _, batch := range []int{1, 64} {
+		s := newStore(t, c, redisstore.WithBatching(batch), redisstore.WithRetryInterval(time.Minute))
+		_, err := s.Admit(context.Background(), req) // warm: script loaded, healthy
+		require.NoError(t, err)
+		for range 3 {
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+			_, err := s.Admit(ctx, req)
+			cancel()
+			require.Error(t, err, "batch %d", batch)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err = s.Admit(ctx, req)
+		cancel()
+		assert.NoError(t, err, "batch %d: a caller with time left still reaches Redis", batch)
+		assert.Zero(t, s.Errors(), "batch %d: calls never sent counted as Redis failures", batch)
+	}
+}
