@@ -154,21 +154,7 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 						b.Error(err)
 					}
 				}
-				b.ResetTimer()
-				start := time.Now()
-				if g == 1 {
-					for range b.N {
-						run()
-					}
-				} else {
-					b.SetParallelism((g + 1) / 2) // GOMAXPROCS=2 on the reference machine
-					b.RunParallel(func(pb *testing.PB) {
-						for pb.Next() {
-							run()
-						}
-					})
-				}
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "admissions/s")
+				runAdmissions(b, g, run)
 			})
 		}
 	}
