@@ -2,6 +2,8 @@ package llmrate
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"time"
 )
 
@@ -86,6 +88,18 @@ type AdmitRequest struct {
 	// Now is the limiter's clock. Stores with a clock of their own (Redis
 	// uses the server's TIME) may ignore it.
 	Now time.Time
+	// ID is this admission's identity, unique per admission (the limiter
+	// sets it from NewAdmissionID; direct callers should too). A store that
+	// is sent an ID it has already decided answers with that first decision
+	// and debits nothing again, so a caller may resend an admission whose
+	// reply was lost. Its reconcile carries the same ID. "" means no
+	// identity: the admission must not be resent.
+	ID string
+	// MaxWait is how long the caller is willing to hold the request for a
+	// reservation (WithMaxWait): a request that does not fit now but would
+	// fit every bucket within MaxWait is debited now and answered Allowed
+	// with Decision.Wait > 0. Zero: no reservations, refuse as usual.
+	MaxWait time.Duration
 }
 
 // Decision is the outcome of an admission.
@@ -108,6 +122,15 @@ type Decision struct {
 	// (after the debit when Allowed), indexed by Bucket. It may be negative
 	// while a bucket is in debt.
 	Remaining [4]int64
+	// Wait, when Allowed, is how long the caller must hold the request
+	// before forwarding it: a reservation (AdmitRequest.MaxWait). Zero for
+	// an admission that fits now.
+	Wait time.Duration
+	// Receipt is the store's own note of how it decided this admission
+	// (which of its stores decided it, the lease generation it spent...).
+	// Callers pass it back unchanged in ReconcileRequest.Receipt; a store
+	// that needs none leaves it "".
+	Receipt string
 }
 
 // ReconcileRequest replaces an admission's token estimate by the tokens the
@@ -125,6 +148,25 @@ type ReconcileRequest struct {
 	Actual int64
 	Solo   bool // as in AdmitRequest
 	Now    time.Time
+	// ID is the admission's AdmitRequest.ID. A store applies a reconcile
+	// with a given non-empty ID at most once, whatever the caller (or its
+	// client library) resends.
+	ID string
+	// Receipt is the admission's Decision.Receipt, unchanged.
+	Receipt string
+	// Refund credits the admission back in full, as if it had been refused:
+	// one request to each requests bucket and Estimate tokens to each
+	// tokens bucket; Actual is ignored. For a request that never reached
+	// the provider, or a reservation whose client left while it waited.
+	Refund bool
+}
+
+// NewAdmissionID returns a fresh admission identity: 128 random bits,
+// base64url-encoded (22 bytes).
+func NewAdmissionID() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // MaxRetryAfter is the largest Retry-After llmrate sends. A store reports

@@ -4,6 +4,15 @@ package usage
 type Usage struct {
 	InputTokens  int64
 	OutputTokens int64
+	// CachedInputTokens are the input tokens read from the provider's
+	// prompt cache, also counted in InputTokens.
+	CachedInputTokens int64
+	// CacheWriteTokens are the input tokens written to the provider's
+	// prompt cache, also counted in InputTokens.
+	CacheWriteTokens int64
+	// ReasoningTokens are the output tokens the model spent reasoning, also
+	// counted in OutputTokens.
+	ReasoningTokens int64
 }
 
 // Total returns InputTokens + OutputTokens, saturating at the int64 maximum.
