@@ -5,11 +5,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/felixge/httpsnoop"
 	"github.com/llmrate/llmrate/usage"
+	"go.uber.org/zap"
 )
 
 // tracker wraps one admitted request's ResponseWriter (with httpsnoop, so
@@ -199,7 +201,16 @@ func (t *tracker) beginBody(code int) {
 		ct, ce = headerGet(h, "Content-Type"), headerGet(h, "Content-Encoding")
 	}
 	t.scan.Reset(ct, ce)
-	t.filtering = t.inject && code == http.StatusOK && ce == "" && t.scan.Framing() == usage.FramingSSE
+	t.filtering = t.inject && code == http.StatusOK && t.scan.Framing() == usage.FramingSSE
+	if t.filtering && ce != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+		// Asked for identity (injectStreamUsage), the upstream encoded the
+		// stream anyway: it is relayed as sent, usage chunk included.
+		t.filtering = false
+		t.l.usageShown.Add(1)
+		if e := t.l.log.Check(zap.WarnLevel, "llmrate: stream encoded despite Accept-Encoding: identity; its usage chunk reaches the client"); e != nil {
+			e.Write(zap.String("key_fp", Fingerprint(t.a.key)), zap.String("content_encoding", ce))
+		}
+	}
 	if t.filtering {
 		// The body may lose its usage-only chunk: a length declared
 		// upstream would no longer hold.
