@@ -41,6 +41,8 @@ type tracker struct {
 	nextWriteString httpsnoop.WriteStringFunc
 	nextReadFrom    httpsnoop.ReadFromFunc
 	nextHijack      httpsnoop.HijackFunc
+	nextFlush       httpsnoop.FlushFunc
+	nextFlushError  httpsnoop.FlushErrorFunc
 
 	hooks   httpsnoop.Hooks
 	tee     teeReader
@@ -119,6 +121,32 @@ func newTracker(l *Limiter) *tracker {
 				return t.readFrom(src)
 			}
 		},
+		// A Flush before the first write commits the header, as WriteHeader
+		// does: the rate-limit headers and the trailer declaration go with
+		// it. Both hooks are set so that httpsnoop never builds a hook per
+		// call (its FlushError fallback would).
+		Flush: func(next httpsnoop.FlushFunc) httpsnoop.FlushFunc {
+			t.nextFlush = next
+			g := t.gen.Load()
+			return func() {
+				if !t.enter(g) {
+					return
+				}
+				defer t.exit()
+				t.flush()
+			}
+		},
+		FlushError: func(next httpsnoop.FlushErrorFunc) httpsnoop.FlushErrorFunc {
+			t.nextFlushError = next
+			g := t.gen.Load()
+			return func() error {
+				if !t.enter(g) {
+					return ErrWriterReleased
+				}
+				defer t.exit()
+				return t.flushError()
+			}
+		},
 		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
 			t.nextHijack = next
 			g := t.gen.Load()
@@ -180,6 +208,7 @@ func (t *tracker) release() {
 	t.filter.Reset(nil, nil)
 	t.w, t.wrapped = nil, nil
 	t.nextWriteHeader, t.nextWrite, t.nextWriteString, t.nextReadFrom, t.nextHijack = nil, nil, nil, nil, nil
+	t.nextFlush, t.nextFlushError = nil, nil
 	t.a = admission{}
 	t.tee.src = nil
 }
@@ -287,6 +316,22 @@ func (t *tracker) readFrom(src io.Reader) (int64, error) {
 		t.writeErr = true
 	}
 	return n, err
+}
+
+// flush commits the header as a first write would (a Flush before any
+// write sends a 200), then flushes.
+func (t *tracker) flush() {
+	if !t.headerDone && !t.hijacked {
+		t.beginBody(http.StatusOK)
+	}
+	t.nextFlush()
+}
+
+func (t *tracker) flushError() error {
+	if !t.headerDone && !t.hijacked {
+		t.beginBody(http.StatusOK)
+	}
+	return t.nextFlushError()
 }
 
 // endBody runs after the handler returned: it forwards what a filtered
