@@ -115,3 +115,30 @@ func TestShadowFlushBeforeFirstWrite(t *testing.T) {
 		assert.Equal(t, int64(1), h.lim.ShadowRefusals())
 	}
 }
+
+// flushErrRecorder is a ResponseRecorder with FlushError, as net/http's own
+// ResponseWriter has, so the wrapper exposes it (http.ResponseController
+// calls it).
+type flushErrRecorder struct{ *httptest.ResponseRecorder }
+
+func (w flushErrRecorder) FlushError() error { w.ResponseRecorder.Flush(); return nil }
+
+// TestRetainedWriterFlush: a writer kept past its handler's return cannot
+// flush: Flush does nothing (the response it belonged to is not touched)
+// and FlushError returns ErrWriterReleased.
+func TestRetainedWriterFlush(t *testing.T) {
+	t.Parallel()
+	l, err := llmrate.New()
+	require.NoError(t, err)
+	var kept http.ResponseWriter
+	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		kept = w
+		_, _ = io.WriteString(w, "first")
+	}))
+	w := flushErrRecorder{httptest.NewRecorder()}
+	h.ServeHTTP(w, postWithKey("sk-flush"))
+	kept.(http.Flusher).Flush()
+	assert.False(t, w.Flushed, "a stale Flush reaches nothing")
+	assert.ErrorIs(t, http.NewResponseController(kept).Flush(), llmrate.ErrWriterReleased)
+	assert.False(t, w.Flushed)
+}
