@@ -17,7 +17,8 @@ import (
 // kind (key entries and workspace entries are bounded separately). An entry
 // costs about 73 bytes with its index (BENCHMARKS.md), so the bound caps
 // the store near 77 MB in the default configuration (one entry per key) and
-// near 154 MB with separate workspaces (two kinds at the bound).
+// near 154 MB with separate workspaces (two kinds at the bound), beyond
+// which only entries in debt are kept (see MemoryStore, OverBound).
 const DefaultMaxKeys = 1 << 20
 
 const (
@@ -135,6 +136,9 @@ func (f memoryOptionFunc) applyMemory(c *memoryConfig) { f(c) }
 
 // WithMaxKeys bounds the number of key entries, and separately of workspace
 // entries, the store tracks. Default: DefaultMaxKeys. n must be positive.
+// Entries in debt are never dropped to keep the bound: when every
+// candidate for eviction is in debt, the store goes beyond it (counted by
+// OverBound) and comes back as the debts refill.
 // The bound is split evenly over the store's 128 shards (rounded down, at
 // least one entry and at most 16,777,214 per shard: about 2.1 billion in
 // all).
