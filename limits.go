@@ -32,8 +32,9 @@ type limitRow struct {
 // workspace with an override (WithOverrides) gets the override's figures,
 // whatever its tier. With WithModelLimits the answer adds "models": each
 // entry's figures for the caller's tier, by entry name as configured (null
-// on Enterprise). An invalid override, or a panicking resolver, is a fault:
-// 500, counted in FailOpens and logged, never a guess.
+// on Enterprise). An invalid override, or a panicking tier or override
+// resolver, is a fault: 500, counted in FailOpens, logged and reported to
+// the observer (FailedOpen, Op "limits"), never a guess.
 func (l *Limiter) LimitsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -52,9 +53,13 @@ func (l *Limiter) LimitsHandler() http.Handler {
 			writeError(w, r, status, "invalid_request_error", code, msg)
 			return
 		}
-		tier := l.resolveTier(r, a.ws)
+		tier, err := l.resolveTier(r, a.ws)
 		a.tier = tier
-		o, overridden, err := l.safeOverride(r, a.ws)
+		var o Limits
+		var overridden bool
+		if err == nil {
+			o, overridden, err = l.safeOverride(r, a.ws)
+		}
 		if err != nil {
 			l.failOpen(&a, "limits", err)
 			writeError(w, r, http.StatusInternalServerError, "server_error", "internal_error", "The limits could not be read.")
@@ -80,15 +85,17 @@ func (l *Limiter) LimitsHandler() http.Handler {
 	})
 }
 
-// resolveTier resolves a workspace's tier; unknown, out of range or a
-// panicking resolver give Free.
-func (l *Limiter) resolveTier(r *http.Request, ws string) (t Tier) {
+// resolveTier resolves a workspace's tier as admission does (unknown or
+// out of range: Free, the tier it is admitted at). A panicking resolver is
+// a fault (a *PanicError): the endpoint cannot know the tier and must not
+// guess one.
+func (l *Limiter) resolveTier(r *http.Request, ws string) (t Tier, err error) {
 	defer func() {
-		if recover() != nil {
-			t = Free
+		if p := recover(); p != nil {
+			t, err = Free, &PanicError{Where: "tier resolver", Value: p}
 		}
 	}()
-	return knownTier(l.cfg.resolver.ResolveTier(r.Context(), ws))
+	return knownTier(l.cfg.resolver.ResolveTier(r.Context(), ws)), nil
 }
 
 // safeOverride is override for the limits endpoint: a panicking resolver

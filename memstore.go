@@ -17,18 +17,22 @@ import (
 // kind (key entries and workspace entries are bounded separately). An entry
 // costs about 73 bytes with its index (BENCHMARKS.md), so the bound caps
 // the store near 77 MB in the default configuration (one entry per key) and
-// near 154 MB with separate workspaces (two kinds at the bound).
+// near 154 MB with separate workspaces (two kinds at the bound), beyond
+// which only entries in debt are kept (see MemoryStore, OverBound).
 const DefaultMaxKeys = 1 << 20
 
 const (
 	memShards = 128 // a power of two, at most 128: shardIndex uses the top 7 bits
 	minSweep  = 64  // a shard smaller than this is never swept
-	// An idle entry is certainly full (and dropped without loss) after
-	// fullIdle when neither bucket is in debt: capacity is 2 minutes of
-	// refill. A bucket in debt (floored at -2×capacity) is certainly full
-	// after debtIdle.
-	fullIdle = int64(2 * time.Minute)
-	debtIdle = int64(6 * time.Minute)
+	// An idle entry whose buckets are not in debt is certainly full (and
+	// dropped without loss) after fullIdleSeconds under the figures it was
+	// last used with: capacity is 2 minutes of refill. An entry in debt
+	// records the exact time instead (entry.settle).
+	fullIdleSeconds = 120
+	// Candidates visited to choose a victim at the WithMaxKeys bound: up to
+	// evictSample entries not in debt, among at most evictVisit entries.
+	evictSample = 8
+	evictVisit  = 64
 )
 
 // MemoryStore is the default Store: per-process buckets in a sharded map,
@@ -40,18 +44,29 @@ const (
 // for one without the seed).
 //
 // Memory tracks active keys only: an entry is dropped once time alone would
-// have refilled it to full, which loses nothing (it comes back full). If a
-// key flood fills the store to its bound (WithMaxKeys) with entries that are
-// not yet full, the least recently used of a small sample is dropped to make
-// room: that key's next request then finds a full bucket. Such lossy
-// evictions are counted (Evictions) and reported to the observer of every
-// limiter using the store (NotifyEvictions).
+// have refilled it to full under the figures of its latest admission or
+// reconcile (refused admissions included), which loses nothing (it comes
+// back full). If a key flood fills the store to its bound (WithMaxKeys) with
+// entries that are not yet full, the least recently used of a small sample
+// of entries not in debt is dropped to make room: that key's next request
+// then finds a full bucket. Such lossy evictions are counted (Evictions) and
+// reported to the observer of every limiter using the store
+// (NotifyEvictions).
+//
+// A debt is never forgotten: an entry in debt (a bucket below zero after its
+// latest admission or reconcile) is dropped only once time alone has
+// refilled it. When every candidate for eviction is in debt, the store adds
+// the new entry beyond its bound instead (counted by OverBound); the excess
+// goes as the debts refill. The only exception is a shard's hard limit of
+// 16,777,214 entries (about 2.1 billion in the store), where the least
+// recently used entry is dropped whatever it owes (a lossy eviction).
 type MemoryStore struct {
 	seed     maphash.Seed
 	perShard int
 	keys     [memShards]memShard // key entries, by pair hash (pairHash)
 	ws       [memShards]memShard // workspace entries, by workspace hash
 	lossy    atomic.Int64
+	over     atomic.Int64
 	evict    evictNotifier
 	maxTotal int
 	err      error // an invalid option, reported by Err
@@ -66,7 +81,32 @@ type entry struct {
 	req  bucket
 	tok  bucket
 	seq  uint32 // shard access sequence at the last touch: the LRU order
-	solo bool   // a workspace entry last used by a Solo request (it then holds its key's buckets too)
+	mark mark   // when time alone refills the entry; the solo flag
+}
+
+// mark packs, in what would otherwise be padding (an entry stays 56 bytes),
+// the seconds after entry.last by which time alone refills both buckets to
+// full under the figures of the entry's latest admission or reconcile
+// (fullNever: not within 68 years, or not known to), and in its top bit
+// whether a workspace entry was last used by a Solo request (it then holds
+// its key's buckets too).
+type mark uint32
+
+const (
+	markSolo  mark = 1 << 31
+	fullNever      = 1<<31 - 1
+)
+
+func (m mark) solo() bool         { return m&markSolo != 0 }
+func (m mark) fullIn() int64      { return int64(m &^ markSolo) }
+func (m *mark) setSolo(on bool)   { *m = *m&^markSolo | mark(boolBit(on))<<31 }
+func (m *mark) setFullIn(s int64) { *m = *m&markSolo | mark(s) }
+
+func boolBit(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 type memShard struct {
@@ -96,6 +136,9 @@ func (f memoryOptionFunc) applyMemory(c *memoryConfig) { f(c) }
 
 // WithMaxKeys bounds the number of key entries, and separately of workspace
 // entries, the store tracks. Default: DefaultMaxKeys. n must be positive.
+// Entries in debt are never dropped to keep the bound: when every
+// candidate for eviction is in debt, the store goes beyond it (counted by
+// OverBound) and comes back as the debts refill.
 // The bound is split evenly over the store's 128 shards (rounded down, at
 // least one entry and at most 16,777,214 per shard: about 2.1 billion in
 // all).
@@ -148,6 +191,12 @@ var _ Store = (*MemoryStore)(nil)
 // Evictions returns how many entries were dropped before they were full
 // because the store was at its WithMaxKeys bound.
 func (s *MemoryStore) Evictions() int64 { return s.lossy.Load() }
+
+// OverBound returns how many entries were added beyond the WithMaxKeys
+// bound because every candidate for eviction was in debt: the store keeps
+// a debt rather than forget it, and goes back to its bound as the debts
+// refill.
+func (s *MemoryStore) OverBound() int64 { return s.over.Load() }
 
 // Len returns the number of key entries and workspace entries held.
 func (s *MemoryStore) Len() (keys, workspaces int) {
@@ -215,42 +264,44 @@ func shardIndex(h uint64) uint64 { return h >> 57 & (memShards - 1) }
 // lock locks the key shard, then the workspace shard (always in that order,
 // so two admissions can never deadlock), and returns both entries, created
 // full if absent and advanced to now.
-func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, evicted int) {
+func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
 	pk, wh := s.hashes(key, workspace, model)
 	ks, wsh = s.shards(pk, wh)
 	ks.mu.Lock()
 	wsh.mu.Lock()
-	var ev1, ev2 bool
-	ke, ev1 = getEntry(ks, s.perShard, pk, kl, now)
-	we, ev2 = getEntry(wsh, s.perShard, wh, wl, now)
-	if ev1 {
-		evicted++
-	}
-	if ev2 {
-		evicted++
-	}
+	ke = getEntry(ks, s.perShard, pk, kl, now, &ev)
+	we = getEntry(wsh, s.perShard, wh, wl, now, &ev)
 	ke.advance(now, kl)
 	we.advance(now, wl)
-	we.solo = false
-	return ks, wsh, ke, we, evicted
+	we.mark.setSolo(false)
+	return ks, wsh, ke, we, ev
 }
 
-func (s *MemoryStore) noteEvictions(n int) {
-	if n > 0 {
-		s.lossy.Add(int64(n))
-		s.evict.notify(n)
+// evicted counts, for one store call, the lossy evictions and the entries
+// added beyond the bound that making room for its entries took.
+type evicted struct{ lossy, over int32 }
+
+// noteEvictions counts ev in the store (Evictions, OverBound) and tells the
+// observers of the lossy evictions.
+func (s *MemoryStore) noteEvictions(ev evicted) {
+	if ev.over > 0 {
+		s.over.Add(int64(ev.over))
+	}
+	if ev.lossy > 0 {
+		s.lossy.Add(int64(ev.lossy))
+		s.evict.notify(int(ev.lossy))
 	}
 }
 
 // solo returns the one entry of a Solo request (kept in the workspace map),
 // locked, created full if absent and advanced to now.
-func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (*memShard, *entry, bool) {
+func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (sh *memShard, e *entry, ev evicted) {
 	wh := s.workspaceHash(workspace, model)
-	sh := &s.ws[shardIndex(wh)]
+	sh = &s.ws[shardIndex(wh)]
 	sh.mu.Lock()
-	e, ev := getEntry(sh, s.perShard, wh, lim, now)
+	e = getEntry(sh, s.perShard, wh, lim, now, &ev)
 	e.advance(now, lim)
-	e.solo = true
+	e.mark.setSolo(true)
 	return sh, e, ev
 }
 
@@ -260,14 +311,15 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 	if r.Solo {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
 		d := decideSolo(e, r.WorkspaceLimits, r.Tokens)
+		e.settle(r.WorkspaceLimits)
 		sh.mu.Unlock()
-		if ev {
-			s.noteEvictions(1)
-		}
+		s.noteEvictions(ev)
 		return d, nil
 	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens)
+	ke.settle(r.KeyLimits)
+	we.settle(r.WorkspaceLimits)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
@@ -281,16 +333,17 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
 		c := 2 * r.WorkspaceLimits.TokensPerMinute
 		e.tok.adjust(r.BoundedActual(WorkspaceTokens)-r.Estimate, c)
+		e.settle(r.WorkspaceLimits)
 		sh.mu.Unlock()
-		if ev {
-			s.noteEvictions(1)
-		}
+		s.noteEvictions(ev)
 		return nil
 	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	kc, wc := 2*r.KeyLimits.TokensPerMinute, 2*r.WorkspaceLimits.TokensPerMinute
 	ke.tok.adjust(r.BoundedActual(KeyTokens)-r.Estimate, kc)
 	we.tok.adjust(r.BoundedActual(WorkspaceTokens)-r.Estimate, wc)
+	ke.settle(r.KeyLimits)
+	we.settle(r.WorkspaceLimits)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
@@ -369,31 +422,64 @@ func (e *entry) advance(now int64, lim Limits) {
 	e.tok.refill(lim.TokensPerMinute, 2*lim.TokensPerMinute, dt)
 }
 
-// idleFull reports whether time alone has certainly refilled e to full by now.
-func (e *entry) idleFull(now int64) bool {
-	idle := now - e.last
+// settle records, after an admission or reconcile under lim, when time
+// alone will have refilled e to full under lim: within fullIdleSeconds
+// when neither bucket is in debt (each is at most capacity, 2 minutes of
+// refill, below full), else the exact time, rounded up to the second. An
+// entry held to figures smaller than those of its debt may owe far longer
+// than the 6 minutes a debt at its own figures takes (issue 18 item 9).
+func (e *entry) settle(lim Limits) {
 	if e.req.level >= 0 && e.tok.level >= 0 {
-		return idle >= fullIdle
+		e.mark.setFullIn(fullIdleSeconds)
+		return
 	}
-	return idle >= debtIdle
+	e.mark.setFullIn(max(secondsToFull(e.req, lim.RequestsPerMinute), secondsToFull(e.tok, lim.TokensPerMinute)))
 }
+
+// secondsToFull is the time, in whole seconds rounded up, until time alone
+// refills b to its capacity (2×rate) at rate units per minute; fullNever
+// when that is beyond fullNever seconds or rate is not positive.
+func secondsToFull(b bucket, rate int64) int64 {
+	if rate <= 0 {
+		return fullNever
+	}
+	const limit = time.Duration(fullNever) * time.Second
+	d, _ := b.wait(2*rate, rate, 2*rate, limit)
+	if d >= limit {
+		return fullNever
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// idleFull reports whether time alone has certainly refilled e to full by
+// now, under the figures of its latest admission or reconcile.
+func (e *entry) idleFull(now int64) bool {
+	in := e.mark.fullIn()
+	return in < fullNever && now-e.last >= in*int64(time.Second)
+}
+
+// inDebt reports whether a bucket of e was below zero after its latest
+// admission or reconcile: such an entry is dropped only once idleFull.
+func (e *entry) inDebt() bool { return e.req.level < 0 || e.tok.level < 0 }
 
 // fill makes e full as of now under lim.
 func (e *entry) fill(now int64, lim Limits) {
 	e.last = now
 	e.req = bucket{level: 2 * lim.RequestsPerMinute}
 	e.tok = bucket{level: 2 * lim.TokensPerMinute}
+	e.mark.setFullIn(0)
 }
 
 // getEntry returns the entry for k, creating it full if absent. Creating may
-// first sweep the shard of entries that are already full again (lossless),
-// and, at the bound, drop the least recently used of a sample (lossy,
-// reported as evicted).
-func getEntry(sh *memShard, bound int, k uint64, lim Limits, now int64) (e *entry, evicted bool) {
+// first drop entries that time alone has refilled (lossless), and, at the
+// bound, the least recently used of a sample of entries not in debt (lossy,
+// added to ev.lossy). When the sample holds only debts, the entry is added
+// beyond the bound (ev.over) unless the table is at its hard limit.
+func getEntry(sh *memShard, bound int, k uint64, lim Limits, now int64, ev *evicted) *entry {
 	sh.seq++
-	if e = sh.t.get(k); e != nil {
+	if e := sh.t.get(k); e != nil {
 		e.seq = sh.seq
-		return e, false
+		return e
 	}
 	if sh.t.n >= sh.sweepAt {
 		// Amortised: drop every entry that time alone has refilled.
@@ -406,30 +492,60 @@ func getEntry(sh *memShard, bound int, k uint64, lim Limits, now int64) (e *entr
 		sh.sweepAt = max(minSweep, 2*sh.t.n)
 	}
 	if sh.t.n >= bound {
-		// At the bound: of a sample (eight entries from a random place),
-		// drop one that is already full (lossless) or else the least
-		// recently used by access sequence (lossy, reported).
-		var victim *entry
-		var oldest uint32
-		n, full := 0, false
-		sh.t.each(rand.Uint32(), func(old *entry) bool {
-			if old.idleFull(now) {
-				victim, full = old, true
-				return false
-			}
-			if age := sh.seq - old.seq; n == 0 || age > oldest {
-				victim, oldest = old, age
-			}
-			n++
-			return n < 8
-		})
-		sh.t.delete(victim)
-		evicted = !full
+		makeRoom(sh, bound, now, ev)
 	}
-	e = sh.t.insert(k)
+	e := sh.t.insert(k)
 	e.fill(now, lim)
 	e.seq = sh.seq
-	return e, evicted
+	return e
+}
+
+// makeRoom makes room for one entry in a shard at its bound. Visiting
+// entries from a random place, it drops those already full (lossless) until
+// the shard is below its bound, else the least recently used of up to
+// evictSample entries not in debt (lossy). Entries in debt are passed over:
+// when only debts were found, the shard goes beyond its bound (ev.over)
+// rather than forget one, unless the table is at its hard limit
+// (maxTableEntries), where the least recently used entry visited goes
+// whatever it owes.
+func makeRoom(sh *memShard, bound int, now int64, ev *evicted) {
+	var victim, anyVictim *entry
+	var oldest, anyOldest uint32
+	visited, candidates := 0, 0
+	sh.t.each(rand.Uint32(), func(old *entry) bool {
+		visited++
+		switch age := sh.seq - old.seq; {
+		case old.idleFull(now):
+			sh.t.delete(old)
+			if sh.t.n < bound {
+				return false
+			}
+		case old.inDebt():
+			if anyVictim == nil || age > anyOldest {
+				anyVictim, anyOldest = old, age
+			}
+		default:
+			if victim == nil || age > oldest {
+				victim, oldest = old, age
+			}
+			if anyVictim == nil || age > anyOldest {
+				anyVictim, anyOldest = old, age
+			}
+			candidates++
+		}
+		return candidates < evictSample && visited < evictVisit
+	})
+	switch {
+	case sh.t.n < bound:
+	case victim != nil:
+		sh.t.delete(victim)
+		ev.lossy++
+	case sh.t.n < maxTableEntries:
+		ev.over++
+	default:
+		sh.t.delete(anyVictim)
+		ev.lossy++
+	}
 }
 
 // Levels returns the whole-unit level of the four default buckets of (key,
@@ -464,7 +580,7 @@ func (s *MemoryStore) exactLevels(key, workspace, model string, kl, wl Limits, n
 	wsh.mu.Lock()
 	we := peek(wsh.t.get(wh), n, wl)
 	wsh.mu.Unlock()
-	if kp == nil && key == workspace && we.solo { // we is a copy, read under the lock
+	if kp == nil && key == workspace && we.mark.solo() { // we is a copy, read under the lock
 		ke = we // a Solo key's buckets are kept once, as its workspace's
 	}
 	return [4]bucket{ke.req, ke.tok, we.req, we.tok}

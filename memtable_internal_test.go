@@ -115,7 +115,8 @@ func TestShardsFillCacheLines(t *testing.T) {
 }
 
 // TestEntrySize: an entry stays 56 bytes (BENCHMARKS.md's memory figures
-// rest on it); the solo mark lives in what was padding.
+// rest on it); the mark (solo flag, seconds until full) lives in what was
+// padding.
 func TestEntrySize(t *testing.T) {
 	if n := unsafe.Sizeof(entry{}); n != 56 {
 		t.Fatalf("entry is %d bytes, want 56", n)

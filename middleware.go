@@ -27,6 +27,7 @@ type Limiter struct {
 
 	shadowRefusals atomic.Int64
 	undecoded      atomic.Int64
+	usageShown     atomic.Int64 // WithStreamUsage: usage chunks an encoded stream showed the client
 
 	calls     *storeCaller    // the store, when it is not the memory store
 	rq        *reconcileQueue // nil: reconciles run on the request's goroutine

@@ -5,11 +5,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/felixge/httpsnoop"
 	"github.com/llmrate/llmrate/usage"
+	"go.uber.org/zap"
 )
 
 // tracker wraps one admitted request's ResponseWriter (with httpsnoop, so
@@ -39,6 +41,8 @@ type tracker struct {
 	nextWriteString httpsnoop.WriteStringFunc
 	nextReadFrom    httpsnoop.ReadFromFunc
 	nextHijack      httpsnoop.HijackFunc
+	nextFlush       httpsnoop.FlushFunc
+	nextFlushError  httpsnoop.FlushErrorFunc
 
 	hooks   httpsnoop.Hooks
 	tee     teeReader
@@ -117,6 +121,32 @@ func newTracker(l *Limiter) *tracker {
 				return t.readFrom(src)
 			}
 		},
+		// A Flush before the first write commits the header, as WriteHeader
+		// does: the rate-limit headers and the trailer declaration go with
+		// it. Both hooks are set so that httpsnoop never builds a hook per
+		// call (its FlushError fallback would).
+		Flush: func(next httpsnoop.FlushFunc) httpsnoop.FlushFunc {
+			t.nextFlush = next
+			g := t.gen.Load()
+			return func() {
+				if !t.enter(g) {
+					return
+				}
+				defer t.exit()
+				t.flush()
+			}
+		},
+		FlushError: func(next httpsnoop.FlushErrorFunc) httpsnoop.FlushErrorFunc {
+			t.nextFlushError = next
+			g := t.gen.Load()
+			return func() error {
+				if !t.enter(g) {
+					return ErrWriterReleased
+				}
+				defer t.exit()
+				return t.flushError()
+			}
+		},
 		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
 			t.nextHijack = next
 			g := t.gen.Load()
@@ -178,6 +208,7 @@ func (t *tracker) release() {
 	t.filter.Reset(nil, nil)
 	t.w, t.wrapped = nil, nil
 	t.nextWriteHeader, t.nextWrite, t.nextWriteString, t.nextReadFrom, t.nextHijack = nil, nil, nil, nil, nil
+	t.nextFlush, t.nextFlushError = nil, nil
 	t.a = admission{}
 	t.tee.src = nil
 }
@@ -199,7 +230,16 @@ func (t *tracker) beginBody(code int) {
 		ct, ce = headerGet(h, "Content-Type"), headerGet(h, "Content-Encoding")
 	}
 	t.scan.Reset(ct, ce)
-	t.filtering = t.inject && code == http.StatusOK && ce == "" && t.scan.Framing() == usage.FramingSSE
+	t.filtering = t.inject && code == http.StatusOK && t.scan.Framing() == usage.FramingSSE
+	if t.filtering && ce != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+		// Asked for identity (injectStreamUsage), the upstream encoded the
+		// stream anyway: it is relayed as sent, usage chunk included.
+		t.filtering = false
+		t.l.usageShown.Add(1)
+		if e := t.l.log.Check(zap.WarnLevel, "llmrate: stream encoded despite Accept-Encoding: identity; its usage chunk reaches the client"); e != nil {
+			e.Write(zap.String("key_fp", Fingerprint(t.a.key)), zap.String("content_encoding", ce))
+		}
+	}
 	if t.filtering {
 		// The body may lose its usage-only chunk: a length declared
 		// upstream would no longer hold.
@@ -276,6 +316,22 @@ func (t *tracker) readFrom(src io.Reader) (int64, error) {
 		t.writeErr = true
 	}
 	return n, err
+}
+
+// flush commits the header as a first write would (a Flush before any
+// write sends a 200), then flushes.
+func (t *tracker) flush() {
+	if !t.headerDone && !t.hijacked {
+		t.beginBody(http.StatusOK)
+	}
+	t.nextFlush()
+}
+
+func (t *tracker) flushError() error {
+	if !t.headerDone && !t.hijacked {
+		t.beginBody(http.StatusOK)
+	}
+	return t.nextFlushError()
 }
 
 // endBody runs after the handler returned: it forwards what a filtered

@@ -46,7 +46,8 @@ func (l *Limiter) passShadow(w http.ResponseWriter, r *http.Request, a *admissio
 }
 
 // shadowWriter wraps w so that the rate-limit headers of a's decision
-// replace the upstream's once the handler writes its header.
+// replace the upstream's once the handler writes its header (or flushes
+// first).
 func (l *Limiter) shadowWriter(w http.ResponseWriter, decided *admission) http.ResponseWriter {
 	a := *decided // a copy for the hooks: the caller's admission stays on its stack
 	done := false
@@ -76,6 +77,13 @@ func (l *Limiter) shadowWriter(w http.ResponseWriter, decided *admission) http.R
 		},
 		ReadFrom: func(next httpsnoop.ReadFromFunc) httpsnoop.ReadFromFunc {
 			return func(src io.Reader) (int64, error) { set(); return next(src) }
+		},
+		// A Flush before the first write commits the header (a 200).
+		Flush: func(next httpsnoop.FlushFunc) httpsnoop.FlushFunc {
+			return func() { set(); next() }
+		},
+		FlushError: func(next httpsnoop.FlushErrorFunc) httpsnoop.FlushErrorFunc {
+			return func() error { set(); return next() }
 		},
 	})
 }

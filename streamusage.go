@@ -22,6 +22,18 @@ import (
 // DefaultMaxInjectBody bytes (1 MiB, the most held per request), or not JSON
 // objects, are forwarded untouched. Default: off (request bodies are never
 // read).
+//
+// The chunk can be dropped only from a body sent as it is (identity): an
+// encoded stream is relayed byte for byte. So a request that gets
+// include_usage also gets "Accept-Encoding: identity" in place of the
+// client's (any HTTP client accepts identity): that stream reaches the
+// client uncompressed, and usage counts as for any stream. A client that
+// refuses identity ("identity;q=0", or "*;q=0" without identity) keeps its
+// Accept-Encoding and its body is forwarded untouched: such a stream
+// reports usage only if the client asked for it. An upstream that encodes
+// the stream despite "identity" has its usage read all the same, but its
+// usage chunk reaches the client: each such response is counted
+// (StreamUsageShown) and logged at warn.
 func WithStreamUsage() Option {
 	return optionFunc(func(c *config) { c.streamUse = true })
 }
@@ -35,7 +47,7 @@ func injectStreamUsage(r *http.Request, maxBody int64) bool {
 	if p := r.URL.Path; !strings.HasSuffix(p, "/chat/completions") && !strings.HasSuffix(p, "/completions") {
 		return false
 	}
-	if r.ContentLength > maxBody {
+	if r.ContentLength > maxBody || !identityAccepted(r.Header.Values("Accept-Encoding")) {
 		return false
 	}
 	orig := r.Body
@@ -79,5 +91,50 @@ func injectStreamUsage(r *http.Request, maxBody int64) bool {
 	r.ContentLength = int64(len(out))
 	r.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(out)), nil }
+	// The usage chunk can be dropped only from an identity body.
+	r.Header.Set("Accept-Encoding", "identity")
 	return true
 }
+
+// identityAccepted reports whether a request's Accept-Encoding values
+// accept the identity coding (RFC 9110 §12.5.3): unless "identity" is
+// listed with q=0, or "*" is with q=0 and identity is not listed, it is.
+func identityAccepted(values []string) bool {
+	star := true
+	for _, v := range values {
+		for _, item := range strings.Split(v, ",") {
+			name, params, _ := strings.Cut(item, ";")
+			name = strings.TrimSpace(name)
+			switch {
+			case strings.EqualFold(name, "identity"):
+				return !zeroQ(params)
+			case name == "*":
+				star = !zeroQ(params)
+			}
+		}
+	}
+	return star
+}
+
+// zeroQ reports whether an Accept-Encoding item's parameters set q to 0
+// ("q=0", "q=0.0", "q=0.000").
+func zeroQ(params string) bool {
+	for _, p := range strings.Split(params, ";") {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || !strings.EqualFold(strings.TrimSpace(k), "q") {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if v == "" || v[0] != '0' {
+			return false
+		}
+		return strings.Trim(v[1:], ".0") == ""
+	}
+	return false
+}
+
+// StreamUsageShown returns how many streams that WithStreamUsage asked for
+// usage came back encoded despite "Accept-Encoding: identity", so that
+// their usage chunk reached a client that did not ask for it (0 without
+// WithStreamUsage).
+func (l *Limiter) StreamUsageShown() int64 { return l.usageShown.Load() }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
@@ -31,7 +32,9 @@ import (
 //	                       output needs it, + under 512 KiB
 //	zstd                   the frame's window, at most maxZstdWindow (8 MiB,
 //	                       RFC 9659), allocated when the frame starts,
-//	                       + under 1 MiB (blocks, tables)
+//	                       + under 1 MiB (blocks, tables); decoders are
+//	                       pooled with their windows (zstdDecoders), so a
+//	                       body whose decoder is reused allocates neither
 //
 // No compressed byte is held beyond the decoder's own input buffer: a write
 // returns once the decoder has taken all of it.
@@ -311,7 +314,7 @@ func (f *decodeFeed) run() {
 		err = f.pump(r)
 	}
 	if cleanup != nil {
-		cleanup()
+		cleanup(err == nil)
 	}
 	if err != nil {
 		f.err = f.classify(err)
@@ -320,15 +323,16 @@ func (f *decodeFeed) run() {
 
 // open builds the reader for the feed's coding over src. Every reader is
 // handed an io.ByteReader (bufio) where the library would otherwise wrap
-// src itself, so the only input buffer is the one made here.
-func (f *decodeFeed) open(src io.Reader) (io.Reader, func(), error) {
+// src itself, so the only input buffer is the one made here. cleanup is
+// called once the body is done, clean when it decoded to its end.
+func (f *decodeFeed) open(src io.Reader) (r io.Reader, cleanup func(clean bool), err error) {
 	switch f.coding {
 	case codingGzip:
 		zr, err := gzip.NewReader(bufio.NewReaderSize(src, 4096))
 		if err != nil {
 			return nil, nil, err
 		}
-		return zr, func() { _ = zr.Close() }, nil
+		return zr, func(bool) { _ = zr.Close() }, nil
 	case codingDeflate:
 		br := bufio.NewReaderSize(src, 4096)
 		head, err := br.Peek(2)
@@ -340,27 +344,59 @@ func (f *decodeFeed) open(src io.Reader) (io.Reader, func(), error) {
 			if err != nil {
 				return nil, nil, err
 			}
-			return zr, func() { _ = zr.Close() }, nil
+			return zr, func(bool) { _ = zr.Close() }, nil
 		}
 		// Raw deflate (RFC 1951), as some servers send for "deflate".
 		fr := flate.NewReader(br)
-		return fr, func() { _ = fr.Close() }, nil
+		return fr, func(bool) { _ = fr.Close() }, nil
 	case codingBrotli:
 		// brotli.Reader keeps its own 32 KiB input buffer.
 		return brotli.NewReader(src), nil, nil
 	case codingZstd:
-		zd, err := zstd.NewReader(src,
-			zstd.WithDecoderConcurrency(1), // decode in this goroutine, no workers
-			zstd.WithDecoderLowmem(true),
-			zstd.WithDecoderMaxWindow(maxZstdWindow),
-			zstd.WithDecoderMaxMemory(maxDecodedBytes),
-		)
+		zd, err := getZstdDecoder()
+		if err == nil {
+			err = zd.Reset(src)
+		}
 		if err != nil {
+			if zd != nil {
+				zd.Close()
+			}
 			return nil, nil, err
 		}
-		return zd, zd.Close, nil
+		return zd, func(clean bool) { putZstdDecoder(zd, clean) }, nil
 	}
 	return nil, nil, fmt.Errorf("coding %d has no reader", f.coding)
+}
+
+// zstdDecoders holds idle zstd decoders, each with the window and tables
+// its last frame needed (a window is up to 8 MiB: allocating one per body
+// would cost more than decoding a small body). sync.Pool drops idle ones
+// at garbage collections, so memory follows the number of zstd bodies
+// decoded at once.
+var zstdDecoders sync.Pool
+
+func getZstdDecoder() (*zstd.Decoder, error) {
+	if zd, ok := zstdDecoders.Get().(*zstd.Decoder); ok {
+		return zd, nil
+	}
+	return zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(1), // decode in the feed's goroutine, no workers
+		zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(maxZstdWindow),
+		zstd.WithDecoderMaxMemory(maxDecodedBytes),
+	)
+}
+
+// putZstdDecoder returns a decoder whose body decoded cleanly to the pool,
+// holding no reference to that body's input; a decoder left in any other
+// state (a corrupt or oversized frame, a body cut at the decoded-bytes
+// cap) is closed rather than reused.
+func putZstdDecoder(zd *zstd.Decoder, clean bool) {
+	if clean && zd.Reset(nil) == nil {
+		zstdDecoders.Put(zd)
+		return
+	}
+	zd.Close()
 }
 
 // isZlibHeader reports whether two bytes open a zlib stream (RFC 1950):
