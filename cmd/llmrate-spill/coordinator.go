@@ -155,6 +155,7 @@ type row struct {
 	Workers                                 []workerResult   `json:"workers"`
 	Estimate                                int64            `json:"estimate"`
 	LeasesOn, BatchingOn, FallbackOn, Store bool
+	Approximate                             bool // lease and fallback decisions told apart by a tracked breaker
 }
 
 // counted is the admissions one exact bucket may not have seen: failed
@@ -442,6 +443,9 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 		r.TokRecFailed -= w.DeltaFailed
 		r.RedisErrors += w.RedisErrors
 		deltaShared += w.DeltaShared
+		if w.Attribution != "" && w.Attribution != "exact" {
+			r.Approximate = true
+		}
 		if w.CloseError != "" {
 			r.CloseErrors = append(r.CloseErrors, fmt.Sprintf("worker %d: %s", w.ID, w.CloseError))
 		}

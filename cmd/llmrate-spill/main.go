@@ -154,8 +154,12 @@ func splitList(s string) []string {
 	return out
 }
 
+// commit names the code measured when the build did not stamp it (go
+// build -ldflags "-X main.commit=$(git rev-parse HEAD)").
+var commit = "unknown"
+
 func printHeader(out io.Writer, cfg config, args []string) {
-	rev, dirty := "unknown", ""
+	rev, dirty := commit, ""
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			switch s.Key {
@@ -182,7 +186,7 @@ func printHeader(out io.Writer, cfg config, args []string) {
 }
 
 func printTables(out io.Writer, rows []row) {
-	fmt.Fprintln(out, "| scenario | leases | batching | requests admitted | exact | beyond exact | tokens charged | exact | beyond exact | failed open + fallback (tokens) | reconciles not applied (tokens) |")
+	fmt.Fprintln(out, "| scenario | leases | batching | requests admitted | exact | beyond exact | tokens charged | exact | beyond exact | failed open + fallback (tokens) | reconciles not in Redis (tokens) |")
 	fmt.Fprintln(out, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, r := range rows {
 		mode := onOff(r.LeasesOn) + " | " + onOff(r.BatchingOn)
@@ -209,6 +213,9 @@ func printTables(out io.Writer, rows []row) {
 			r.Proxy.Conns, r.Proxy.Dropped, r.Proxy.Spiked, r.Proxy.ResetRequest+r.Proxy.ResetReply+r.Proxy.Killed, r.Unattributed)
 	}
 	for _, r := range rows {
+		if r.Approximate {
+			fmt.Fprintf(out, "%s/%s: lease and fallback decisions told apart by a breaker tracked from Redis's replies (approximate): the store's counters were not found\n", r.Scenario, r.Mode)
+		}
 		for _, e := range r.CloseErrors {
 			fmt.Fprintf(out, "%s/%s: Close: %s\n", r.Scenario, r.Mode, e)
 		}

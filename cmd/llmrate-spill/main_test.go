@@ -70,29 +70,37 @@ func TestMemoryStoresSpill(t *testing.T) {
 }
 
 // One short baseline through Redis: the limit binds, every admission is
-// attributed to who decided it, and nothing is admitted beyond one exact
-// bucket but what failed open or the fallback allowed.
+// attributed to who decided it, and, without leases, nothing is admitted
+// beyond one exact bucket but what failed open or the fallback allowed.
+// With leases the run is only checked for its attribution (the lease
+// bound is the README's to state, and the benchmark's to measure).
 func TestRedisBaseline(t *testing.T) {
 	cfg := tinyConfig(t)
 	cfg.RedisServer = redistest.Binary(t)
-	cfg.Modes = []string{modePlain}
+	cfg.Modes = []string{modePlain, modeLease}
 	var out bytes.Buffer
 	rows, err := runBench(context.Background(), cfg, &out, nil)
 	require.NoError(t, err, out.String())
-	require.Len(t, rows, 1)
-	r := rows[0]
+	require.Len(t, rows, 2)
 	t.Log("\n" + out.String())
-	assert.GreaterOrEqual(t, r.Elapsed, cfg.Duration, "elapsed by Redis TIME")
+	for _, r := range rows {
+		assert.GreaterOrEqual(t, r.Elapsed, cfg.Duration, "%s: elapsed by Redis TIME", r.Mode)
+		assert.Positive(t, r.Refused, "%s: the limit binds", r.Mode)
+		assert.Equal(t, r.Requests, r.Admitted+r.Refused, r.Mode)
+		assert.Zero(t, r.Unattributed, "%s: admitted = Redis + lease + fallback + failed open", r.Mode)
+		assert.Positive(t, r.RecShared, "%s: usage below the estimate is reconciled in Redis", r.Mode)
+		assert.Less(t, r.TokCharged, r.Admitted*r.Estimate, "%s: reconciled charges are below the estimates", r.Mode)
+		if r.Approximate {
+			t.Logf("%s: redisstore's counters were not found (internals.go): lease and fallback decisions are told apart approximately", r.Mode)
+		}
+	}
+	r := rows[0]
 	assert.GreaterOrEqual(t, r.Admitted, 2*cfg.RPM, "one bucket's capacity at least is admitted")
-	assert.Positive(t, r.Refused, "the limit binds")
 	assert.Positive(t, r.RedisAllowed)
-	assert.Zero(t, r.Unattributed, "admitted = Redis + fallback + failed open")
-	assert.Equal(t, r.Requests, r.Admitted+r.Refused)
 	assert.LessOrEqual(t, r.Admitted-r.ReqBound, r.counted(), "requests beyond exact")
 	assert.LessOrEqual(t, r.TokCharged-r.TokBound, r.counted()*r.Estimate+r.TokRecFailed+r.TokRecFallback, "tokens beyond exact")
-	assert.Positive(t, r.RecShared, "usage below the estimate is reconciled in Redis")
-	assert.Less(t, r.TokCharged, r.Admitted*r.Estimate, "reconciled charges are below the estimates")
 	assert.Contains(t, out.String(), "| baseline | off | off | ")
+	assert.Contains(t, out.String(), "| baseline | on | off | ")
 }
 
 func TestBadFlags(t *testing.T) {

@@ -92,6 +92,10 @@ type workerResult struct {
 	DeltaFailed       int64 `json:"delta_failed"`
 
 	CloseError string `json:"close_error,omitempty"`
+	// Attribution says how admissions and reconciles that sent nothing to
+	// Redis were told apart (lease or fallback): "exact" from the store's
+	// own counters, "tracked breaker" from the replies (approximate).
+	Attribution string `json:"attribution,omitempty"`
 }
 
 // runWorker is a worker process: it builds a limiter on one Redis (through
@@ -134,6 +138,7 @@ type worker struct {
 	closed bool
 
 	errorsBefore int64 // the store's Errors() when the clock started
+	leasedBefore int64 // and its admissions on a lease
 }
 
 func newWorker(cfg workerConfig) (*worker, error) {
@@ -181,6 +186,7 @@ func newWorker(cfg workerConfig) (*worker, error) {
 			return nil, err
 		}
 		w.store = s
+		w.probe.in = readInternals(s)
 		opts = append(opts, llmrate.WithStore(&countingStore{Store: s, w: w}))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -209,10 +215,37 @@ func newWorker(cfg workerConfig) (*worker, error) {
 
 // warm fills the client's connection pool and has Redis load the scripts,
 // as in a gateway that has been running for a while: each client admits
-// and reconciles once, on a key of its own, before the clock starts. The
-// tallies and the tracked breaker start afresh after it; Redis errors meanwhile
-// are left out of RedisErrors.
+// and reconciles once, on a key of its own, before the clock starts. A
+// round in which a Redis call failed (the machine may be slow) is repeated
+// once the store would try Redis again, up to five rounds. The tallies and
+// the tracked breaker start afresh after it; Redis errors meanwhile are
+// left out of RedisErrors.
 func (w *worker) warm(figures llmrate.Limits) error {
+	retry := w.cfg.RetryInterval
+	if retry <= 0 {
+		retry = redisstore.DefaultRetryInterval
+	}
+	for round := 1; ; round++ {
+		before := w.store.Errors()
+		err := w.warmOnce(figures)
+		failed := w.store.Errors() - before
+		if err == nil && failed == 0 {
+			break
+		}
+		if round == 5 {
+			return fmt.Errorf("worker %d: warming up: %d Redis calls failed in round %d: %v", w.cfg.ID, failed, round, err)
+		}
+		time.Sleep(retry + 50*time.Millisecond)
+	}
+	w.probe.reset()
+	w.errorsBefore = w.store.Errors()
+	if l := w.probe.in.leaseLocal; l != nil {
+		w.leasedBefore = l.Load()
+	}
+	return nil
+}
+
+func (w *worker) warmOnce(figures llmrate.Limits) error {
 	var wg sync.WaitGroup
 	errs := make([]error, w.cfg.Clients)
 	for g := range w.cfg.Clients {
@@ -232,12 +265,7 @@ func (w *worker) warm(figures llmrate.Limits) error {
 		}()
 	}
 	wg.Wait()
-	w.probe.reset()
-	w.errorsBefore = w.store.Errors()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("worker %d: warming up: %w", w.cfg.ID, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // serve is the provider: it answers with a chat completion whose usage the
@@ -308,13 +336,24 @@ func (w *worker) finish() workerResult {
 		r.RedisDecided, r.RedisAllowed = p.t.redisDecided, p.t.redisAllowed
 		r.LeaseLocal = p.t.leaseLocal
 		r.FallbackDecided, r.FallbackAllowed = p.t.fallbackDecided, p.t.fallbackAllowed
-		// Batched: an admission answered with no call of its own was
-		// decided by a call another caller ran (counted from the calls'
-		// replies), else by the fallback.
+		// An admission that sent nothing of its own was decided by a
+		// batch call another caller ran (counted from the calls' replies)
+		// or on a lease (the store's count: every one allowed), else by
+		// the fallback.
+		local := p.t.batchDecided
 		r.RedisDecided += p.t.batchDecided
 		r.RedisAllowed += p.t.batchAllowed
-		r.FallbackDecided += p.t.unattributed - p.t.batchDecided
-		r.FallbackAllowed += p.t.unattributedAllowed - p.t.batchAllowed
+		localAllowed := p.t.batchAllowed
+		if p.mode == modeLease && p.in.leaseLocal != nil {
+			r.LeaseLocal = p.in.leaseLocal.Load() - w.leasedBefore
+			local, localAllowed = r.LeaseLocal, r.LeaseLocal
+		}
+		r.FallbackDecided += p.t.unattributed - local
+		r.FallbackAllowed += p.t.unattributedAllowed - localAllowed
+		r.Attribution = "exact"
+		if p.mode == modeLease && (p.in.leaseLocal == nil || p.in.downUntil == nil) {
+			r.Attribution = "tracked breaker"
+		}
 		r.StoreErrors = p.t.storeErrors
 		r.Reconciles, r.ReconcileShared, r.ReconcileFallback, r.ReconcileFailed = p.t.reconciles, p.t.recShared, p.t.recFallback, p.t.recFailed
 		r.DeltaShared, r.DeltaFallback, r.DeltaFailed = p.t.deltaShared, p.t.deltaFallback, p.t.deltaFailed
@@ -423,14 +462,20 @@ type mark struct {
 //   - a call whose own command got Redis's answer was decided by Redis;
 //   - one whose command failed and that still returned a decision was
 //     decided by the fallback;
-//   - one that sent nothing was decided on a lease (leases on), by a call
-//     another caller ran (batching: counted from those calls' replies), or
-//     by the fallback while the store's breaker was open (as redisstore
-//     documents it: three failed calls in a row stop it trying Redis for
-//     the retry interval, tracked here from the same replies).
+//   - one that sent nothing was decided by a batch call another caller ran
+//     (batching: counted from those calls' replies), on a lease (leases on:
+//     the store's own count, internals.go), or else by the fallback, the
+//     store's breaker being open. A reconcile that sent nothing went to a
+//     lease, unless the breaker was open (read from the store).
+//
+// Without the store's counters (renamed), lease mode falls back on a
+// breaker tracked from the replies, as redisstore documents it (three
+// failed calls in a row stop it trying Redis for the retry interval),
+// which concurrent calls make approximate.
 type probe struct {
 	mode  string
 	retry time.Duration
+	in    internals
 
 	mu sync.Mutex
 	t  tally
@@ -516,8 +561,14 @@ func (p *probe) reset() {
 	p.t = tally{}
 }
 
-// downLocked reports whether the store's breaker is open now, as tracked.
-func (p *probe) downLocked() bool { return time.Now().Before(p.t.downUntil) }
+// downLocked reports whether the store's breaker is open now: read from
+// the store, else as tracked.
+func (p *probe) downLocked() bool {
+	if d := p.in.downUntil; d != nil {
+		return time.Now().UnixNano() < d.Load()
+	}
+	return time.Now().Before(p.t.downUntil)
+}
 
 func (p *probe) admitted(m *mark, d llmrate.Decision, err error) {
 	p.mu.Lock()
@@ -535,11 +586,12 @@ func (p *probe) admitted(m *mark, d llmrate.Decision, err error) {
 	case m.failed.Load():
 		p.t.fallbackDecided++
 		p.t.fallbackAllowed += allowed
-	case p.mode == modeLease && d.Allowed && !p.downLocked():
-		p.t.leaseLocal++
-	case p.mode == modeBatch:
+	case p.mode == modeBatch, p.mode == modeLease && p.in.leaseLocal != nil:
+		// Told apart in total, at the end (worker.finish).
 		p.t.unattributed++
 		p.t.unattributedAllowed += allowed
+	case p.mode == modeLease && d.Allowed && !p.downLocked():
+		p.t.leaseLocal++
 	default:
 		p.t.fallbackDecided++
 		p.t.fallbackAllowed += allowed
@@ -555,8 +607,8 @@ func (p *probe) reconciled(m *mark, delta int64, err error) {
 		p.t.recFailed++
 		p.t.deltaFailed += delta
 	case m.ok.Load(), p.mode == modeLease && !m.failed.Load() && !p.downLocked():
-		// Applied in Redis, or (sending nothing, leases on) to this
-		// process's leases, which Redis debited up front.
+		// Applied in Redis, or (sending nothing, leases on, the breaker
+		// closed) to this process's leases, which Redis debited up front.
 		p.t.recShared++
 		p.t.deltaShared += delta
 	default:
