@@ -135,6 +135,9 @@ func runBench(ctx context.Context, cfg config, out io.Writer, args []string) ([]
 		return nil, err
 	}
 	defer b.close()
+	if b.redis != nil {
+		fmt.Fprintf(out, "redis-server on %s, fault proxy on %s\n\n", b.redis.addr, b.proxy.Addr())
+	}
 	start := time.Now()
 	rows, err := b.run(ctx, func(r row) {
 		fmt.Fprintf(out, "ran %-11s %-6s in %v: %d requests, %d admitted\n", r.Scenario, r.Mode, r.Elapsed.Round(time.Millisecond), r.Requests, r.Admitted)

@@ -196,10 +196,7 @@ func newWorker(cfg workerConfig) (*worker, error) {
 		}
 	}
 	if w.store != nil {
-		if err := w.warm(figures); err != nil {
-			_ = w.client.Close()
-			return nil, err
-		}
+		w.warm(figures)
 	}
 	lim, err := llmrate.New(opts...)
 	if err != nil {
@@ -217,10 +214,11 @@ func newWorker(cfg workerConfig) (*worker, error) {
 // as in a gateway that has been running for a while: each client admits
 // and reconciles once, on a key of its own, before the clock starts. A
 // round in which a Redis call failed (the machine may be slow) is repeated
-// once the store would try Redis again, up to five rounds. The tallies and
-// the tracked breaker start afresh after it; Redis errors meanwhile are
-// left out of RedisErrors.
-func (w *worker) warm(figures llmrate.Limits) error {
+// once the store would try Redis again, up to five rounds; after that the
+// run starts all the same, with a warning (the failures are Redis's, not
+// the harness's). The tallies and the tracked breaker start afresh after
+// it; Redis errors meanwhile are left out of RedisErrors.
+func (w *worker) warm(figures llmrate.Limits) {
 	retry := w.cfg.RetryInterval
 	if retry <= 0 {
 		retry = redisstore.DefaultRetryInterval
@@ -232,17 +230,17 @@ func (w *worker) warm(figures llmrate.Limits) error {
 		if err == nil && failed == 0 {
 			break
 		}
+		time.Sleep(retry + 50*time.Millisecond) // the breaker may be open
 		if round == 5 {
-			return fmt.Errorf("worker %d: warming up: %d Redis calls failed in round %d: %v", w.cfg.ID, failed, round, err)
+			fmt.Fprintf(os.Stderr, "llmrate-spill worker %d: warming up: %d Redis calls failed in round %d (%v); starting all the same\n", w.cfg.ID, failed, round, err)
+			break
 		}
-		time.Sleep(retry + 50*time.Millisecond)
 	}
 	w.probe.reset()
 	w.errorsBefore = w.store.Errors()
 	if l := w.probe.in.leaseLocal; l != nil {
 		w.leasedBefore = l.Load()
 	}
-	return nil
 }
 
 func (w *worker) warmOnce(figures llmrate.Limits) error {
