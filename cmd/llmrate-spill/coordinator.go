@@ -301,7 +301,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 		wc.Redis = b.proxy.Addr()
 	}
 	var procs []*workerProc
-	var waits sync.WaitGroup
+	var waits sync.WaitGroup // the workers' readers, and the restart
 	exits := make([]error, cfg.Processes)
 	defer func() {
 		cancel()
@@ -361,7 +361,9 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 	}
 	restarted := make(chan error, 1)
 	if sc.restart {
+		waits.Add(1)
 		go func() {
+			defer waits.Done()
 			select {
 			case <-time.After(cfg.restartAt()):
 			case <-ctx.Done():
