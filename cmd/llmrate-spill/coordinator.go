@@ -1,0 +1,565 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmrate/llmrate/internal/faultproxy"
+	"github.com/redis/go-redis/v9"
+)
+
+// config is one benchmark run: every scenario × every mode.
+type config struct {
+	Processes, Clients int
+	Duration           time.Duration
+	Scenarios          []string
+	Modes              []string
+
+	RPM, TPM            int64
+	Estimate, MinActual int64
+	Share               float64
+	Batch               int
+	Fallback            bool
+	RedisTimeout        time.Duration
+	StoreTimeout        time.Duration
+	RetryInterval       time.Duration
+	MaxRetries          int
+	CtxTimeout          bool
+	Think               time.Duration
+	Seed                uint64
+
+	Drop, Spike, Reset      float64
+	SpikeLong, SpikeShort   time.Duration
+	RestartAt, RestartDown  time.Duration // RestartAt 0: at 40% of Duration
+	RedisServer, WorkerPath string
+}
+
+// scenario is one set of faults.
+type scenario struct {
+	name    string
+	faults  faultproxy.Faults
+	restart bool
+	about   string
+}
+
+var scenarioNames = []string{"baseline", "drop", "hang", "spike", "spike-short", "reset", "restart"}
+
+func (c *config) scenario(name string) (scenario, error) {
+	switch name {
+	case "baseline":
+		return scenario{name: name, about: "no faults"}, nil
+	case "drop":
+		return scenario{name: name, faults: faultproxy.Faults{DropReply: c.Drop},
+			about: fmt.Sprintf("%g%% of replies dropped after Redis ran the command, connection closed", 100*c.Drop)}, nil
+	case "hang":
+		return scenario{name: name, faults: faultproxy.Faults{DropReply: c.Drop, Hang: true},
+			about: fmt.Sprintf("%g%% of replies dropped after Redis ran the command, connection hung", 100*c.Drop)}, nil
+	case "spike":
+		return scenario{name: name, faults: faultproxy.Faults{SpikeReply: c.Spike, Spike: c.SpikeLong},
+			about: fmt.Sprintf("%g%% of replies held %v", 100*c.Spike, c.SpikeLong)}, nil
+	case "spike-short":
+		return scenario{name: name, faults: faultproxy.Faults{SpikeReply: c.Spike, Spike: c.SpikeShort},
+			about: fmt.Sprintf("%g%% of replies held %v", 100*c.Spike, c.SpikeShort)}, nil
+	case "reset":
+		return scenario{name: name, faults: faultproxy.Faults{ResetRequest: c.Reset / 2, ResetReply: c.Reset / 2},
+			about: fmt.Sprintf("%g%% of requests and %g%% of replies answered by a connection reset", 50*c.Reset, 50*c.Reset)}, nil
+	case "restart":
+		return scenario{name: name, restart: true,
+			about: fmt.Sprintf("redis-server killed at %v and restarted (empty) %v later", c.restartAt(), c.RestartDown)}, nil
+	}
+	return scenario{}, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(scenarioNames, ", "))
+}
+
+func (c *config) restartAt() time.Duration {
+	if c.RestartAt > 0 {
+		return c.RestartAt
+	}
+	return c.Duration * 2 / 5
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if c.Processes < 1 || c.Clients < 1 {
+		errs = append(errs, errors.New("-n and -g must be at least 1"))
+	}
+	if c.Duration <= 0 {
+		errs = append(errs, errors.New("-duration must be positive"))
+	}
+	if c.RPM < 1 || c.TPM < 1 {
+		errs = append(errs, errors.New("-rpm and -tpm must be at least 1"))
+	}
+	if c.Estimate < 1 || c.MinActual < 0 || c.MinActual > c.Estimate {
+		errs = append(errs, errors.New("want 0 ≤ -min-actual ≤ -estimate, -estimate ≥ 1 (usage never above the estimate: the exact bound assumes no debt)"))
+	}
+	for _, s := range c.Scenarios {
+		if _, err := c.scenario(s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, m := range c.Modes {
+		switch m {
+		case modePlain, modeBatch, modeLease, modeMemory:
+		default:
+			errs = append(errs, fmt.Errorf("unknown mode %q (known: plain, batch, lease, memory)", m))
+		}
+	}
+	if len(c.Scenarios) == 0 || len(c.Modes) == 0 {
+		errs = append(errs, errors.New("no scenario or no mode to run"))
+	}
+	return errors.Join(errs...)
+}
+
+// row is one scenario in one mode, measured.
+type row struct {
+	Scenario string        `json:"scenario"`
+	Mode     string        `json:"mode"`
+	About    string        `json:"about"`
+	Elapsed  time.Duration `json:"elapsed_ns"` // Redis TIME from go to the last client's stop
+
+	Requests int64 `json:"requests"`
+	Admitted int64 `json:"admitted"`
+	Refused  int64 `json:"refused"`
+	ReqBound int64 `json:"requests_exact"`
+	// TokCharged is what one exact bucket would hold charged for the
+	// admitted requests: each one's estimate, replaced by its usage where
+	// the reconcile was applied to the shared store (Redis or a lease).
+	TokCharged int64 `json:"tokens_charged"`
+	TokBound   int64 `json:"tokens_exact"`
+
+	FailOpenAdmit   int64 `json:"fail_open_admit"`
+	FallbackAllowed int64 `json:"fallback_allowed"`
+	FallbackRefused int64 `json:"fallback_refused"`
+	RedisAllowed    int64 `json:"redis_allowed"`
+	LeaseLocal      int64 `json:"lease_local"`
+	Unattributed    int64 `json:"unattributed"` // admitted − every decision attributed: 0 unless the attribution missed some
+
+	RecShared, RecFallback, RecFailed       int64
+	TokRecFallback, TokRecFailed            int64 // credits (estimate − usage) not applied to the shared store
+	FailOpenReconcile, RedisErrors, Other   int64
+	CloseErrors                             []string
+	Proxy                                   faultproxy.Stats `json:"proxy"`
+	Workers                                 []workerResult   `json:"workers"`
+	Estimate                                int64            `json:"estimate"`
+	LeasesOn, BatchingOn, FallbackOn, Store bool
+	Approximate                             bool // lease and fallback decisions told apart by a tracked breaker
+}
+
+// counted is the admissions one exact bucket may not have seen: failed
+// open or allowed by the local fallback.
+func (r row) counted() int64 { return r.FailOpenAdmit + r.FallbackAllowed }
+
+// exactBound is what one exact bucket of figure perMinute (capacity
+// 2 × perMinute, refilling perMinute a minute) can admit in elapsed:
+// capacity + refill × elapsed, rounded down, elapsed taken in whole
+// microseconds (Redis's TIME resolution).
+func exactBound(perMinute int64, elapsed time.Duration) int64 {
+	us := big.NewInt(elapsed.Microseconds())
+	refill := new(big.Int).Mul(big.NewInt(perMinute), us)
+	refill.Quo(refill, big.NewInt(60_000_000))
+	return 2*perMinute + refill.Int64()
+}
+
+// bench runs the scenarios: one redis-server, one proxy in front of it,
+// and for each run N worker processes.
+type bench struct {
+	cfg    config
+	redis  *redisServer
+	proxy  *faultproxy.Proxy
+	direct *redis.Client // to Redis itself, not through the proxy
+	secret string
+	log    io.Writer
+}
+
+func newBench(ctx context.Context, cfg config, log io.Writer) (*bench, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	b := &bench{cfg: cfg, log: log}
+	needRedis := false
+	for _, m := range cfg.Modes {
+		needRedis = needRedis || m != modeMemory
+	}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	b.secret = hex.EncodeToString(secret)
+	if !needRedis {
+		return b, nil
+	}
+	rs, err := startRedis(ctx, cfg.RedisServer)
+	if err != nil {
+		return nil, err
+	}
+	b.redis = rs
+	b.direct = redis.NewClient(&redis.Options{Addr: rs.addr, MaxRetries: 3})
+	p, err := faultproxy.New(rs.addr, cfg.Seed)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.proxy = p
+	return b, nil
+}
+
+func (b *bench) close() {
+	if b.proxy != nil {
+		_ = b.proxy.Close()
+	}
+	if b.direct != nil {
+		_ = b.direct.Close()
+	}
+	if b.redis != nil {
+		b.redis.stop()
+		_ = os.RemoveAll(b.redis.dir)
+	}
+}
+
+// run runs every scenario in every mode, in order, calling each with its
+// row as soon as it is measured.
+func (b *bench) run(ctx context.Context, each func(row)) ([]row, error) {
+	var rows []row
+	for _, name := range b.cfg.Scenarios {
+		sc, _ := b.cfg.scenario(name)
+		for _, mode := range b.cfg.Modes {
+			r, err := b.runOne(ctx, sc, mode)
+			if err != nil {
+				return rows, fmt.Errorf("%s/%s: %w", sc.name, mode, err)
+			}
+			rows = append(rows, r)
+			if each != nil {
+				each(r)
+			}
+		}
+	}
+	return rows, nil
+}
+
+// workerProc is one worker process and the lines it printed.
+type workerProc struct {
+	id    int
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+}
+
+func (w *workerProc) expect(prefix string, timeout time.Duration) (string, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case line, ok := <-w.lines:
+			if !ok {
+				return "", fmt.Errorf("worker %d exited before %q", w.id, prefix)
+			}
+			if strings.HasPrefix(line, prefix) {
+				return strings.TrimPrefix(line, prefix), nil
+			}
+		case <-t.C:
+			return "", fmt.Errorf("worker %d: no %q within %v", w.id, prefix, timeout)
+		}
+	}
+}
+
+func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // kills workers left running on an error
+	cfg := b.cfg
+	r := row{Scenario: sc.name, Mode: mode, About: sc.about, Estimate: cfg.Estimate,
+		LeasesOn: mode == modeLease, BatchingOn: mode == modeBatch, FallbackOn: cfg.Fallback && mode != modeMemory, Store: mode != modeMemory}
+	if sc.restart && mode == modeMemory {
+		sc = scenario{name: sc.name, about: "memory store: no Redis to restart"}
+	}
+	if b.proxy != nil {
+		if err := b.direct.FlushAll(ctx).Err(); err != nil {
+			return r, fmt.Errorf("FLUSHALL: %w", err)
+		}
+		_ = b.proxy.Set(faultproxy.Faults{})
+		b.proxy.Kill()
+	}
+	var before faultproxy.Stats
+	if b.proxy != nil {
+		before = b.proxy.Stats()
+	}
+	wc := workerConfig{HashKey: b.secret, Key: "sk-spill-" + sc.name + "-" + mode, Mode: mode, Share: cfg.Share, Batch: cfg.Batch,
+		Fallback: cfg.Fallback, RedisTimeout: cfg.RedisTimeout, StoreTimeout: cfg.StoreTimeout, RetryInterval: cfg.RetryInterval,
+		MaxRetries: cfg.MaxRetries, CtxTimeout: cfg.CtxTimeout, Clients: cfg.Clients, Duration: cfg.Duration, Think: cfg.Think,
+		RPM: cfg.RPM, TPM: cfg.TPM, Estimate: cfg.Estimate, MinActual: cfg.MinActual, Seed: cfg.Seed}
+	if b.proxy != nil {
+		wc.Redis = b.proxy.Addr()
+	}
+	var procs []*workerProc
+	var waits sync.WaitGroup // the workers' readers, and the restart
+	exits := make([]error, cfg.Processes)
+	defer func() {
+		cancel()
+		waits.Wait()
+	}()
+	for i := range cfg.Processes {
+		wc.ID = i
+		arg, _ := json.Marshal(wc)
+		cmd := exec.CommandContext(ctx, cfg.WorkerPath, "-worker", string(arg))
+		cmd.Stderr = os.Stderr
+		cmd.WaitDelay = 5 * time.Second
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return r, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return r, err
+		}
+		if err := cmd.Start(); err != nil {
+			return r, fmt.Errorf("start worker: %w", err)
+		}
+		w := &workerProc{id: i, cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
+		procs = append(procs, w)
+		waits.Add(1)
+		go func() {
+			defer waits.Done()
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				w.lines <- sc.Text()
+			}
+			close(w.lines)
+			exits[w.id] = cmd.Wait()
+		}()
+	}
+	for _, w := range procs {
+		if _, err := w.expect("ready", 30*time.Second); err != nil {
+			return r, err
+		}
+	}
+	var t0 time.Time
+	if b.proxy != nil {
+		var err error
+		if t0, err = b.direct.Time(ctx).Result(); err != nil {
+			return r, fmt.Errorf("TIME: %w", err)
+		}
+		if err := b.proxy.Set(sc.faults); err != nil {
+			return r, err
+		}
+	} else {
+		t0 = time.Now()
+	}
+	for _, w := range procs {
+		if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
+			return r, fmt.Errorf("worker %d: %w", w.id, err)
+		}
+	}
+	restarted := make(chan error, 1)
+	if sc.restart {
+		waits.Add(1)
+		go func() {
+			defer waits.Done()
+			select {
+			case <-time.After(cfg.restartAt()):
+			case <-ctx.Done():
+				restarted <- ctx.Err()
+				return
+			}
+			b.redis.stop()
+			select {
+			case <-time.After(cfg.RestartDown):
+			case <-ctx.Done():
+			}
+			restarted <- b.redis.start(ctx)
+		}()
+	} else {
+		restarted <- nil
+	}
+	for _, w := range procs {
+		if _, err := w.expect("stopped", cfg.Duration+60*time.Second); err != nil {
+			return r, err
+		}
+	}
+	if err := <-restarted; err != nil {
+		return r, fmt.Errorf("redis restart: %w", err)
+	}
+	var t1 time.Time
+	if b.proxy != nil {
+		var err error
+		if t1, err = b.direct.Time(ctx).Result(); err != nil {
+			return r, fmt.Errorf("TIME: %w", err)
+		}
+		// The workers' Close applies their queued reconciles and returns
+		// their leases without faults: they admit nothing more.
+		_ = b.proxy.Set(faultproxy.Faults{})
+	} else {
+		t1 = time.Now()
+	}
+	r.Elapsed = t1.Sub(t0)
+	for _, w := range procs {
+		line, err := w.expect("result ", 60*time.Second)
+		if err != nil {
+			return r, err
+		}
+		var res workerResult
+		if err := json.Unmarshal([]byte(line), &res); err != nil {
+			return r, fmt.Errorf("worker %d result: %w", w.id, err)
+		}
+		r.Workers = append(r.Workers, res)
+		_ = w.stdin.Close()
+	}
+	waits.Wait()
+	for i, err := range exits {
+		if err != nil {
+			return r, fmt.Errorf("worker %d: %w", i, err)
+		}
+	}
+	if b.proxy != nil {
+		after := b.proxy.Stats()
+		r.Proxy = faultproxy.Stats{Conns: after.Conns - before.Conns, DialErrors: after.DialErrors - before.DialErrors,
+			Refused: after.Refused - before.Refused, Requests: after.Requests - before.Requests, Replies: after.Replies - before.Replies,
+			Dropped: after.Dropped - before.Dropped, Spiked: after.Spiked - before.Spiked, ResetRequest: after.ResetRequest - before.ResetRequest,
+			ResetReply: after.ResetReply - before.ResetReply, Killed: after.Killed - before.Killed}
+	}
+	var deltaShared int64
+	for _, w := range r.Workers {
+		r.Requests += w.Requests
+		r.Admitted += w.Admitted
+		r.Refused += w.Refused
+		r.Other += w.Other
+		r.FailOpenAdmit += w.FailOpenAdmit
+		r.FailOpenReconcile += w.FailOpenReconcile
+		r.FallbackAllowed += w.FallbackAllowed
+		r.FallbackRefused += w.FallbackDecided - w.FallbackAllowed
+		r.RedisAllowed += w.RedisAllowed
+		r.LeaseLocal += w.LeaseLocal
+		r.RecShared += w.ReconcileShared
+		r.RecFallback += w.ReconcileFallback
+		r.RecFailed += w.ReconcileFailed
+		r.TokRecFallback -= w.DeltaFallback
+		r.TokRecFailed -= w.DeltaFailed
+		r.RedisErrors += w.RedisErrors
+		deltaShared += w.DeltaShared
+		if w.Attribution != "" && w.Attribution != "exact" {
+			r.Approximate = true
+		}
+		if w.CloseError != "" {
+			r.CloseErrors = append(r.CloseErrors, fmt.Sprintf("worker %d: %s", w.ID, w.CloseError))
+		}
+	}
+	if mode != modeMemory {
+		r.Unattributed = r.Admitted - r.RedisAllowed - r.LeaseLocal - r.FallbackAllowed - r.FailOpenAdmit
+	}
+	r.TokCharged = r.Admitted*cfg.Estimate + deltaShared
+	if mode == modeMemory {
+		// No shared store: every reconcile went to its process's own
+		// buckets; charge each admission its usage, as one exact bucket
+		// seeing every reconcile would.
+		var used int64
+		for _, w := range r.Workers {
+			used += w.TokensRep
+		}
+		r.TokCharged = used
+	}
+	r.ReqBound = exactBound(cfg.RPM, r.Elapsed)
+	r.TokBound = exactBound(cfg.TPM, r.Elapsed)
+	if r.Other > 0 {
+		return r, fmt.Errorf("%d responses neither 200 nor 429", r.Other)
+	}
+	return r, nil
+}
+
+// redisServer is the redis-server the benchmark runs, on a free loopback
+// port, without persistence: a restart empties it.
+type redisServer struct {
+	path, addr string
+	args       []string
+	cmd        *exec.Cmd
+	done       chan struct{}
+	dir        string
+}
+
+func startRedis(ctx context.Context, path string) (*redisServer, error) {
+	dir, err := os.MkdirTemp("", "llmrate-spill-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 5 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		s := &redisServer{path: path, addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir,
+			args: []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+				"--protected-mode", "no", "--daemonize", "no", "--dir", dir}}
+		if lastErr = s.start(ctx); lastErr == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, fmt.Errorf("redis-server did not start: %w", lastErr)
+}
+
+func (s *redisServer) start(ctx context.Context) error {
+	var err error
+	for range 20 { // after a kill the port may linger briefly
+		if err = s.startOnce(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func (s *redisServer) startOnce(ctx context.Context) error {
+	cmd := exec.Command(s.path, s.args...)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.cmd, s.done = cmd, done
+	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("redis-server on %s exited at start (port taken?)", s.addr)
+		case <-ctx.Done():
+			s.stop()
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	s.stop()
+	return fmt.Errorf("redis-server on %s did not answer PING", s.addr)
+}
+
+// stop kills the server (SIGKILL: a crash, nothing saved) and waits for it.
+func (s *redisServer) stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}

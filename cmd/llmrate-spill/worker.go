@@ -1,0 +1,625 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// Modes: how a worker's store is configured.
+const (
+	modePlain  = "plain"  // redisstore, one call per admission
+	modeBatch  = "batch"  // redisstore with WithBatching
+	modeLease  = "lease"  // redisstore with WithLeases
+	modeMemory = "memory" // a MemoryStore per process: the control, which must show spillover
+)
+
+// workerConfig is what the coordinator passes to each worker process.
+type workerConfig struct {
+	ID            int
+	Redis         string // the proxy's address
+	HashKey       string // hex, the same for every worker
+	Key           string // the one API key every client sends
+	Mode          string
+	Share         float64 // WithLeases
+	Batch         int     // WithBatching
+	Fallback      bool    // WithFallbackLocal
+	RedisTimeout  time.Duration
+	StoreTimeout  time.Duration
+	RetryInterval time.Duration
+	MaxRetries    int
+	CtxTimeout    bool
+	Clients       int
+	Duration      time.Duration
+	Think         time.Duration
+	RPM, TPM      int64
+	Estimate      int64 // tokens: each request's body is 4 × Estimate bytes
+	MinActual     int64 // each response reports usage in [MinActual, Estimate]
+	Seed          uint64
+}
+
+// workerResult is what a worker reports, as one JSON line.
+type workerResult struct {
+	ID       int   `json:"id"`
+	Requests int64 `json:"requests"`
+	Admitted int64 `json:"admitted"` // the handler ran: the request passed, whoever decided it
+	Refused  int64 `json:"refused"`  // 429
+	Other    int64 `json:"other"`    // any other status: a harness error
+	// RefusedBy counts refusals by the bucket that refused, indexed by
+	// llmrate.Bucket (a solo key's refusals name its key buckets).
+	RefusedBy [4]int64 `json:"refused_by"`
+	TokensRep int64    `json:"tokens_reported"`
+
+	// How the admissions that passed were decided. FailOpenAdmit counts
+	// the limiter's fail-opens on admission (observer, Op "admit");
+	// FailOpens is Limiter.FailOpens, reconciles included.
+	FailOpenAdmit     int64 `json:"fail_open_admit"`
+	FailOpenReconcile int64 `json:"fail_open_reconcile"`
+	FailOpens         int64 `json:"fail_opens"`
+	RedisDecided      int64 `json:"redis_decided"`
+	RedisAllowed      int64 `json:"redis_allowed"`
+	LeaseLocal        int64 `json:"lease_local"`
+	FallbackDecided   int64 `json:"fallback_decided"`
+	FallbackAllowed   int64 `json:"fallback_allowed"`
+	StoreErrors       int64 `json:"store_errors"` // Admit calls that returned an error (the limiter failed open)
+	RedisErrors       int64 `json:"redis_errors"` // redisstore's Errors()
+
+	// Reconciles the limiter sent to the store, by where they landed, and
+	// their token deltas (actual − estimate: ≤ 0 here).
+	Reconciles        int64 `json:"reconciles"`
+	ReconcileShared   int64 `json:"reconcile_shared"` // applied in Redis (or to a lease)
+	ReconcileFallback int64 `json:"reconcile_fallback"`
+	ReconcileFailed   int64 `json:"reconcile_failed"`
+	DeltaShared       int64 `json:"delta_shared"`
+	DeltaFallback     int64 `json:"delta_fallback"`
+	DeltaFailed       int64 `json:"delta_failed"`
+
+	CloseError string `json:"close_error,omitempty"`
+	// Attribution says how admissions and reconciles that sent nothing to
+	// Redis were told apart (lease or fallback): "exact" from the store's
+	// own counters, "tracked breaker" from the replies (approximate).
+	Attribution string `json:"attribution,omitempty"`
+}
+
+// runWorker is a worker process: it builds a limiter on one Redis (through
+// the proxy), says "ready", waits for "go" on stdin, sends requests from
+// cfg.Clients goroutines for cfg.Duration, says "stopped", closes the
+// limiter (applying what reconciles are queued) and prints "result " and
+// its JSON.
+func runWorker(arg string, stdin io.Reader, stdout io.Writer) error {
+	var cfg workerConfig
+	if err := json.Unmarshal([]byte(arg), &cfg); err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
+	w, err := newWorker(cfg)
+	if err != nil {
+		return err
+	}
+	defer w.shutdown()
+	fmt.Fprintln(stdout, "ready")
+	line, err := bufio.NewReader(stdin).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "go" {
+		return fmt.Errorf("worker %d: waiting for go: %q, %v", cfg.ID, line, err)
+	}
+	w.load()
+	fmt.Fprintln(stdout, "stopped")
+	res := w.finish()
+	b, _ := json.Marshal(res)
+	fmt.Fprintf(stdout, "result %s\n", b)
+	return nil
+}
+
+type worker struct {
+	cfg    workerConfig
+	client *redis.Client
+	store  *redisstore.Store // nil in memory mode
+	probe  *probe
+	lim    *llmrate.Limiter
+	h      http.Handler
+	obs    observer
+	res    workerResult
+	closed bool
+
+	errorsBefore int64 // the store's Errors() when the clock started
+	leasedBefore int64 // and its admissions on a lease
+}
+
+func newWorker(cfg workerConfig) (*worker, error) {
+	w := &worker{cfg: cfg, res: workerResult{ID: cfg.ID}}
+	figures := llmrate.Limits{RequestsPerMinute: cfg.RPM, TokensPerMinute: cfg.TPM}
+	opts := []llmrate.Option{
+		llmrate.WithTiers(llmrate.TierTable{Free: figures, Developer: figures, Team: figures, Growth: figures, Scale: figures, Enterprise: figures}),
+		llmrate.WithObserver(&w.obs),
+	}
+	if cfg.StoreTimeout > 0 {
+		opts = append(opts, llmrate.WithStoreTimeout(cfg.StoreTimeout))
+	}
+	if cfg.Mode != modeMemory {
+		secret, err := hex.DecodeString(cfg.HashKey)
+		if err != nil {
+			return nil, fmt.Errorf("hash key: %w", err)
+		}
+		// The README's client, with the context deadlines redisstore asks
+		// for (HonoursContext).
+		w.client = redis.NewClient(&redis.Options{Addr: cfg.Redis, MaxRetries: cfg.MaxRetries, ContextTimeoutEnabled: cfg.CtxTimeout})
+		w.probe = newProbe(cfg.Mode, cfg.RetryInterval)
+		w.client.AddHook(w.probe)
+		sopts := []redisstore.Option{redisstore.WithHashKey(secret)}
+		if cfg.RedisTimeout > 0 {
+			sopts = append(sopts, redisstore.WithTimeout(cfg.RedisTimeout))
+		}
+		if cfg.RetryInterval > 0 {
+			sopts = append(sopts, redisstore.WithRetryInterval(cfg.RetryInterval))
+		}
+		if cfg.Fallback {
+			sopts = append(sopts, redisstore.WithFallbackLocal())
+		}
+		switch cfg.Mode {
+		case modeBatch:
+			sopts = append(sopts, redisstore.WithBatching(cfg.Batch))
+		case modeLease:
+			sopts = append(sopts, redisstore.WithLeases(cfg.Share))
+		case modePlain:
+		default:
+			return nil, fmt.Errorf("unknown mode %q", cfg.Mode)
+		}
+		s, err := redisstore.New(w.client, sopts...)
+		if err != nil {
+			_ = w.client.Close()
+			return nil, err
+		}
+		w.store = s
+		w.probe.in = readInternals(s)
+		opts = append(opts, llmrate.WithStore(&countingStore{Store: s, w: w}))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := w.client.Ping(ctx).Err(); err != nil {
+			_ = w.client.Close()
+			return nil, fmt.Errorf("worker %d: redis through the proxy: %w", cfg.ID, err)
+		}
+	}
+	if w.store != nil {
+		w.warm(figures)
+	}
+	lim, err := llmrate.New(opts...)
+	if err != nil {
+		if w.client != nil {
+			_ = w.client.Close()
+		}
+		return nil, err
+	}
+	w.lim = lim
+	w.h = lim.Middleware(http.HandlerFunc(w.serve))
+	return w, nil
+}
+
+// warm fills the client's connection pool and has Redis load the scripts,
+// as in a gateway that has been running for a while: each client admits
+// and reconciles once, on a key of its own, before the clock starts. A
+// round in which a Redis call failed (the machine may be slow) is repeated
+// once the store would try Redis again, up to five rounds; after that the
+// run starts all the same, with a warning (the failures are Redis's, not
+// the harness's). The tallies and the tracked breaker start afresh after
+// it; Redis errors meanwhile are left out of RedisErrors.
+func (w *worker) warm(figures llmrate.Limits) {
+	retry := w.cfg.RetryInterval
+	if retry <= 0 {
+		retry = redisstore.DefaultRetryInterval
+	}
+	for round := 1; ; round++ {
+		before := w.store.Errors()
+		err := w.warmOnce(figures)
+		failed := w.store.Errors() - before
+		if err == nil && failed == 0 {
+			break
+		}
+		time.Sleep(retry + 50*time.Millisecond) // the breaker may be open
+		if round == 5 {
+			fmt.Fprintf(os.Stderr, "llmrate-spill worker %d: warming up: %d Redis calls failed in round %d (%v); starting all the same\n", w.cfg.ID, failed, round, err)
+			break
+		}
+	}
+	w.probe.reset()
+	w.errorsBefore = w.store.Errors()
+	if l := w.probe.in.leaseLocal; l != nil {
+		w.leasedBefore = l.Load()
+	}
+}
+
+func (w *worker) warmOnce(figures llmrate.Limits) error {
+	var wg sync.WaitGroup
+	errs := make([]error, w.cfg.Clients)
+	for g := range w.cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			key := fmt.Sprintf("warm-%d-%d", w.cfg.ID, g)
+			ar := llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: figures, WorkspaceLimits: figures, Tokens: 1, Solo: true, Now: time.Now()}
+			if _, err := w.store.Admit(ctx, ar); err != nil {
+				errs[g] = err
+				return
+			}
+			errs[g] = w.store.Reconcile(ctx, llmrate.ReconcileRequest{Key: key, Workspace: key, KeyLimits: figures, WorkspaceLimits: figures,
+				Estimate: 1, Actual: 2, Solo: true, Now: time.Now()})
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// serve is the provider: it answers with a chat completion whose usage the
+// request's header chose, which the limiter reads and reconciles.
+func (w *worker) serve(rw http.ResponseWriter, r *http.Request) {
+	actual, _ := strconv.ParseInt(r.Header.Get("X-Spill-Actual"), 10, 64)
+	atomic.AddInt64(&w.res.Admitted, 1)
+	atomic.AddInt64(&w.res.TokensRep, actual)
+	in := actual / 2
+	rw.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(rw, `{"id":"chatcmpl-spill","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`, in, actual-in, actual)
+}
+
+// load runs the clients until the duration is over.
+func (w *worker) load() {
+	deadline := time.Now().Add(w.cfg.Duration)
+	body := bytes.Repeat([]byte("x"), int(4*w.cfg.Estimate))
+	var wg sync.WaitGroup
+	for g := range w.cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.cfg.ID)<<32|uint64(g)))
+			rec := &recorder{h: http.Header{}}
+			for time.Now().Before(deadline) {
+				actual := w.cfg.MinActual + rng.Int64N(w.cfg.Estimate-w.cfg.MinActual+1)
+				req, _ := http.NewRequest(http.MethodPost, "http://gateway/v1/chat/completions", bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+w.cfg.Key)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Spill-Actual", strconv.FormatInt(actual, 10))
+				rec.reset()
+				w.h.ServeHTTP(rec, req)
+				atomic.AddInt64(&w.res.Requests, 1)
+				switch rec.status() {
+				case http.StatusOK:
+				case http.StatusTooManyRequests:
+					atomic.AddInt64(&w.res.Refused, 1)
+				default:
+					atomic.AddInt64(&w.res.Other, 1)
+				}
+				if w.cfg.Think > 0 {
+					time.Sleep(w.cfg.Think)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// finish closes the limiter (its queued reconciles are applied, leases
+// returned) and returns the tallies.
+func (w *worker) finish() workerResult {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := w.lim.Close(ctx); err != nil {
+		w.res.CloseError = err.Error()
+	}
+	w.closed = true
+	r := w.res
+	r.FailOpens = w.lim.FailOpens()
+	r.FailOpenAdmit = w.obs.failOpenAdmit.Load()
+	r.FailOpenReconcile = w.obs.failOpenReconcile.Load()
+	for b := range r.RefusedBy {
+		r.RefusedBy[b] = w.obs.refusedBy[b].Load()
+	}
+	if p := w.probe; p != nil {
+		p.mu.Lock()
+		r.RedisDecided, r.RedisAllowed = p.t.redisDecided, p.t.redisAllowed
+		r.LeaseLocal = p.t.leaseLocal
+		r.FallbackDecided, r.FallbackAllowed = p.t.fallbackDecided, p.t.fallbackAllowed
+		// An admission that sent nothing of its own was decided by a
+		// batch call another caller ran (counted from the calls' replies)
+		// or on a lease (the store's count: every one allowed), else by
+		// the fallback.
+		local := p.t.batchDecided
+		r.RedisDecided += p.t.batchDecided
+		r.RedisAllowed += p.t.batchAllowed
+		localAllowed := p.t.batchAllowed
+		if p.mode == modeLease && p.in.leaseLocal != nil {
+			r.LeaseLocal = p.in.leaseLocal.Load() - w.leasedBefore
+			local, localAllowed = r.LeaseLocal, r.LeaseLocal
+		}
+		r.FallbackDecided += p.t.unattributed - local
+		r.FallbackAllowed += p.t.unattributedAllowed - localAllowed
+		r.Attribution = "exact"
+		if p.mode == modeLease && (p.in.leaseLocal == nil || p.in.downUntil == nil) {
+			r.Attribution = "tracked breaker"
+		}
+		r.StoreErrors = p.t.storeErrors
+		r.Reconciles, r.ReconcileShared, r.ReconcileFallback, r.ReconcileFailed = p.t.reconciles, p.t.recShared, p.t.recFallback, p.t.recFailed
+		r.DeltaShared, r.DeltaFallback, r.DeltaFailed = p.t.deltaShared, p.t.deltaFallback, p.t.deltaFailed
+		p.mu.Unlock()
+		r.RedisErrors = w.store.Errors() - w.errorsBefore
+	}
+	return r
+}
+
+func (w *worker) shutdown() {
+	if !w.closed {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = w.lim.Close(ctx)
+		cancel()
+	}
+	if w.client != nil {
+		_ = w.client.Close()
+	}
+}
+
+// recorder is the ResponseWriter of one client: it keeps the status only.
+type recorder struct {
+	h    http.Header
+	code int
+}
+
+func (r *recorder) Header() http.Header { return r.h }
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return len(b), nil
+}
+func (r *recorder) status() int {
+	if r.code == 0 {
+		return http.StatusOK
+	}
+	return r.code
+}
+func (r *recorder) reset() {
+	clear(r.h)
+	r.code = 0
+}
+
+// observer counts the limiter's fail-opens by operation, and refusals by
+// the bucket that refused.
+type observer struct {
+	failOpenAdmit, failOpenReconcile atomic.Int64
+	refusedBy                        [4]atomic.Int64
+}
+
+func (o *observer) Decided(ev llmrate.DecisionEvent) {
+	if !ev.Allowed && int(ev.Refused) < len(o.refusedBy) {
+		o.refusedBy[ev.Refused].Add(1)
+	}
+}
+
+func (o *observer) Reconciled(llmrate.ReconcileEvent) {}
+func (o *observer) Evicted()                          {}
+func (o *observer) FailedOpen(ev llmrate.FailOpenEvent) {
+	switch ev.Op {
+	case "admit":
+		o.failOpenAdmit.Add(1)
+	case "reconcile":
+		o.failOpenReconcile.Add(1)
+	}
+}
+
+// countingStore is the redisstore the limiter uses, with each call's
+// outcome attributed: decided (or applied) by Redis, on a lease, by the
+// local fallback, or failed. Its other methods (HonoursContext, Close,
+// NotifyEvictions) are the store's own.
+type countingStore struct {
+	*redisstore.Store
+	w *worker
+}
+
+func (s *countingStore) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
+	m := &mark{}
+	d, err := s.Store.Admit(context.WithValue(ctx, markKey{}, m), r)
+	s.w.probe.admitted(m, d, err)
+	return d, err
+}
+
+func (s *countingStore) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error {
+	m := &mark{}
+	err := s.Store.Reconcile(context.WithValue(ctx, markKey{}, m), r)
+	s.w.probe.reconciled(m, r.BoundedActual(llmrate.KeyTokens)-r.Estimate, err)
+	return err
+}
+
+// markKey is the context key of a call's mark.
+type markKey struct{}
+
+// mark records what Redis answered to the commands one store call sent
+// under its context.
+type mark struct {
+	ok, failed atomic.Bool
+}
+
+// probe is a go-redis hook that sees every command the store sends, and
+// attributes the store's decisions:
+//   - a call whose own command got Redis's answer was decided by Redis;
+//   - one whose command failed and that still returned a decision was
+//     decided by the fallback;
+//   - one that sent nothing was decided by a batch call another caller ran
+//     (batching: counted from those calls' replies), on a lease (leases on:
+//     the store's own count, internals.go), or else by the fallback, the
+//     store's breaker being open. A reconcile that sent nothing went to a
+//     lease, unless the breaker was open (read from the store).
+//
+// Without the store's counters (renamed), lease mode falls back on a
+// breaker tracked from the replies, as redisstore documents it (three
+// failed calls in a row stop it trying Redis for the retry interval),
+// which concurrent calls make approximate.
+type probe struct {
+	mode  string
+	retry time.Duration
+	in    internals
+
+	mu sync.Mutex
+	t  tally
+}
+
+// tally is what the probe counted, and the breaker it tracks.
+type tally struct {
+	consecutive                             int
+	downUntil                               time.Time
+	redisDecided, redisAllowed              int64
+	leaseLocal                              int64
+	fallbackDecided, fallbackAllowed        int64
+	unattributed, unattributedAllowed       int64
+	batchDecided, batchAllowed              int64
+	storeErrors                             int64
+	reconciles, recShared, recFallback      int64
+	recFailed                               int64
+	deltaShared, deltaFallback, deltaFailed int64
+}
+
+func newProbe(mode string, retry time.Duration) *probe {
+	if retry <= 0 {
+		retry = redisstore.DefaultRetryInterval
+	}
+	return &probe{mode: mode, retry: retry}
+}
+
+func (p *probe) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (p *probe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (p *probe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		name := cmd.Name()
+		if name != "evalsha" && name != "eval" {
+			return err
+		}
+		if errors.Is(err, redis.ErrNoScript) {
+			return err // go-redis sends the script itself next: not a failure
+		}
+		m, _ := ctx.Value(markKey{}).(*mark)
+		p.mu.Lock()
+		if err != nil {
+			p.t.consecutive++
+			if p.t.consecutive >= 3 {
+				p.t.downUntil = time.Now().Add(p.retry)
+			}
+		} else {
+			p.t.consecutive = 0
+		}
+		if m == nil && err == nil && p.mode == modeBatch {
+			// A batch call another caller ran: 8 values per admission,
+			// the first 1 when it was allowed.
+			if c, ok := cmd.(*redis.Cmd); ok {
+				if vals, verr := c.Int64Slice(); verr == nil && len(vals)%8 == 0 {
+					for i := 0; i < len(vals); i += 8 {
+						p.t.batchDecided++
+						if vals[i] == 1 {
+							p.t.batchAllowed++
+						}
+					}
+				}
+			}
+		}
+		p.mu.Unlock()
+		if m != nil {
+			if err != nil {
+				m.failed.Store(true)
+			} else {
+				m.ok.Store(true)
+			}
+		}
+		return err
+	}
+}
+
+// reset forgets every tally and the tracked breaker.
+func (p *probe) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.t = tally{}
+}
+
+// downLocked reports whether the store's breaker is open now: read from
+// the store, else as tracked.
+func (p *probe) downLocked() bool {
+	if d := p.in.downUntil; d != nil {
+		return time.Now().UnixNano() < d.Load()
+	}
+	return time.Now().Before(p.t.downUntil)
+}
+
+func (p *probe) admitted(m *mark, d llmrate.Decision, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	allowed := int64(0)
+	if d.Allowed {
+		allowed = 1
+	}
+	switch {
+	case err != nil:
+		p.t.storeErrors++
+	case m.ok.Load():
+		p.t.redisDecided++
+		p.t.redisAllowed += allowed
+	case m.failed.Load():
+		p.t.fallbackDecided++
+		p.t.fallbackAllowed += allowed
+	case p.mode == modeBatch, p.mode == modeLease && p.in.leaseLocal != nil:
+		// Told apart in total, at the end (worker.finish).
+		p.t.unattributed++
+		p.t.unattributedAllowed += allowed
+	case p.mode == modeLease && d.Allowed && !p.downLocked():
+		p.t.leaseLocal++
+	default:
+		p.t.fallbackDecided++
+		p.t.fallbackAllowed += allowed
+	}
+}
+
+func (p *probe) reconciled(m *mark, delta int64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.t.reconciles++
+	switch {
+	case err != nil:
+		p.t.recFailed++
+		p.t.deltaFailed += delta
+	case m.ok.Load(), p.mode == modeLease && !m.failed.Load() && !p.downLocked():
+		// Applied in Redis, or (sending nothing, leases on, the breaker
+		// closed) to this process's leases, which Redis debited up front.
+		p.t.recShared++
+		p.t.deltaShared += delta
+	default:
+		p.t.recFallback++
+		p.t.deltaFallback += delta
+	}
+}
+
+// workerMain runs a worker process and returns its exit code.
+func workerMain(arg string) int {
+	if err := runWorker(arg, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "llmrate-spill worker:", err)
+		return 1
+	}
+	return 0
+}
