@@ -290,3 +290,8 @@ func (b *trackedBody) Close() error {
 	b.closed.Add(1)
 	return nil
 }
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
