@@ -13,21 +13,21 @@ import (
 	"go.uber.org/zap"
 )
 
-// storeOptions returns the store options for -redis (none: per-process
-// memory) and a function that releases the store. The Redis store's names
-// are keyed by the secret in the environment variable hashKeyEnv, which
-// every gateway sharing the Redis must set alike.
-func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, leases float64, hashKeyEnv string, log *zap.Logger) ([]llmrate.Option, func(), error) {
+// storeOptions returns the store for -redis (nil: per-process memory), the
+// limiter's options for it and a function that releases it. The Redis
+// store's names are keyed by the secret in the environment variable
+// hashKeyEnv, which every gateway sharing the Redis must set alike.
+func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, leases float64, hashKeyEnv string, log *zap.Logger) (llmrate.Store, []llmrate.Option, func(), error) {
 	if redisURL == "" {
-		return nil, func() {}, nil // the memory store keeps no names: no secret needed
+		return nil, nil, func() {}, nil // the memory store keeps no names: no secret needed
 	}
 	hashKey, err := hashKeyFrom(hashKeyEnv, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("-redis: %w", err)
 	}
 	opt.DialTimeout = 100 * time.Millisecond
 	opt.MaxRetries = -1 // a retry would blow the store timeout; fail open instead
@@ -45,9 +45,9 @@ func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, l
 	store, err := redisstore.New(client, ropts...)
 	if err != nil {
 		_ = client.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return []llmrate.Option{llmrate.WithStore(store)}, func() { _ = client.Close() }, nil
+	return store, []llmrate.Option{llmrate.WithStore(store)}, func() { _ = client.Close() }, nil
 }
 
 // hashKeyFrom reads the secret for Redis key names from the environment
