@@ -42,7 +42,9 @@
 // message_stop, the Responses API's response.completed: the official SDKs
 // stop reading there and close). The body streams through unbuffered. A
 // body never read to its end nor closed is never reconciled: its estimate
-// stands (and net/http leaks its connection anyway).
+// stands (and net/http leaks its connection anyway). The reconcile is a
+// store call on the goroutine that reads the body's end or closes it: with
+// a shared store, one round trip there, bounded by WithStoreTimeout.
 //
 // # Failover
 //
