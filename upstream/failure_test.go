@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/upstream"
@@ -154,4 +155,49 @@ func TestStoreFaultFailsOpen(t *testing.T) {
 			assert.NotContains(t, fmt.Sprint(e.Message, e.ContextMap()), "sk-secret")
 		}
 	}
+}
+
+// blockingStore answers only when its context is done.
+type blockingStore struct{}
+
+func (blockingStore) Admit(ctx context.Context, _ llmrate.AdmitRequest) (llmrate.Decision, error) {
+	<-ctx.Done()
+	return llmrate.Decision{}, ctx.Err()
+}
+
+func (blockingStore) Reconcile(ctx context.Context, _ llmrate.ReconcileRequest) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A store call past WithStoreTimeout fails open, counted.
+func TestStoreTimeoutFailsOpen(t *testing.T) {
+	t.Parallel()
+	p := newProvider(t)
+	rec := &recorder{}
+	tr, err := upstream.New([]upstream.Key{bearerKey("a", "sk-a", 10, 1000)},
+		upstream.WithStore(blockingStore{}), upstream.WithStoreTimeout(time.Millisecond), upstream.WithObserver(rec))
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: tr}).Post(p.srv.URL, "application/json", strings.NewReader(chat("m", 400)))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, int64(1), tr.FailOpens())
+	require.Len(t, rec.attempts, 1)
+	assert.True(t, rec.attempts[0].FailedOpen)
+	assert.ErrorIs(t, rec.attempts[0].Err, context.DeadlineExceeded)
+}
+
+// A panicking estimator is a fault: the request goes out on the default
+// estimate, counted.
+func TestEstimatorPanicFailsOpen(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, []upstream.Key{bearerKey("a", "sk-a", 10, 1000)}, upstream.WithEstimator(func(*http.Request) int64 { panic("bad estimator") }))
+	resp, _ := r.post(t, chat("m", 400))
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, int64(1), r.tr.FailOpens())
+	ev := r.rec.reconciled()
+	require.Len(t, ev, 1)
+	assert.Equal(t, int64(100), ev[0].Estimate, "Content-Length / 4")
 }
