@@ -59,7 +59,15 @@ func WithBase(rt http.RoundTripper) Option {
 // WithStore sets where the keys' buckets live. Default: a new
 // llmrate.MemoryStore (per process). A shared store (redisstore) holds each
 // key to one limit across every gateway process using it: a key's buckets
-// are named by the key's Name alone. nil is an error.
+// are named by the key's Name alone (the workspace "upstream:"+Name). nil
+// is an error.
+//
+// Give the Transport a store of its own (for Redis, a redisstore.Store
+// with a WithPrefix of its own on the same client), not the one an
+// llmrate.Limiter uses: where a caller's key is its own workspace (the
+// middleware's default), a caller presenting the key "upstream:"+Name
+// would spend, and clamp to its tier's figures, that provider key's
+// buckets.
 func WithStore(s llmrate.Store) Option {
 	return optionFunc(func(c *config) {
 		if s == nil {

@@ -156,7 +156,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 	if err != nil {
 		return err
 	}
-	store, storeOpts, closeStore, err := storeOptions(ctx, f.redisURL, f.redisTimeout, f.leases, f.hashKeyEnv, log)
+	keyStore, storeOpts, closeStore, err := storeOptions(ctx, f.redisURL, f.redisTimeout, f.leases, f.hashKeyEnv, log)
 	if err != nil {
 		return err
 	}
@@ -172,7 +172,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 	switch {
 	case cfg.Upstream != nil && len(cfg.Upstream.Keys) > 0:
 		var stopMock func()
-		if provider, stopMock, err = upstreamProxy(cfg.Upstream, f.upstream, store, mock, log); err != nil {
+		if provider, stopMock, err = upstreamProxy(cfg.Upstream, f.upstream, keyStore, mock, log); err != nil {
 			return err
 		}
 		defer stopMock()

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -87,4 +88,26 @@ func TestGatewayUpstreamKeysToProvider(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte(`{"upstream": {"keys": [{"name": "x", "requestsPerMin": 0, "tokensPerMin": 1, "secret": "mock-1"}]}}`), 0o600))
 	err = run(context.Background(), []string{"-config", bad, "-listen", "127.0.0.1:0"}, io.Discard, nil)
 	assert.ErrorContains(t, err, "RequestsPerMinute 0 out of range")
+}
+
+// TestGatewayUpstreamKeysRedis: on Redis the upstream keys' buckets live
+// apart from the callers': a caller presenting the key "upstream:mock-b"
+// (its own workspace, by default) spends its own buckets, not mock-b's.
+func TestGatewayUpstreamKeysRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	t.Setenv("LLMRATE_HASH_KEY", "0123456789abcdef-test-only")
+	url := startGateway(t, "-config", "upstream-keys.json", "-redis", "redis://"+srv.Addr+"/0")
+	codes := []int{}
+	for i := range 13 {
+		key := "sk-client"
+		if i == 1 { // once mock-b's buckets exist
+			key = "upstream:mock-b"
+		}
+		resp := post(t, url, key, `{"model":"gpt-4o-mini","messages":[]}`)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	want := []int{200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429}
+	assert.Equal(t, want, codes, "mock-b and mock-c: 6 each, then the synthesized 429")
 }
