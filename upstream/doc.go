@@ -38,7 +38,8 @@
 // else the reported input (or the estimate) plus the larger of the reported
 // output and the generated text's bytes / 4. A body closed before its end
 // is a cut response, unless all of its declared length was read or the
-// stream's terminal event was (OpenAI's "data: [DONE]", Anthropic's
+// stream's terminal event was (in an event stream without a
+// Content-Encoding: OpenAI's "data: [DONE]", Anthropic's
 // message_stop, the Responses API's response.completed: the official SDKs
 // stop reading there and close). The body streams through unbuffered. A
 // body never read to its end nor closed is never reconciled: its estimate
@@ -77,7 +78,8 @@
 //
 // When no attempt could be made, RoundTrip answers a synthesized 429 with
 // llmrate's error envelope ("type": "rate_limit_error", "code":
-// "rate_limit_exceeded", "param": null) and Retry-After the whole seconds,
+// "rate_limit_exceeded", "param": null), a fresh X-Request-Id and
+// Retry-After the whole seconds,
 // rounded up, until the soonest key that may fit has room, clamped to
 // 1…60 (for a key skipped by the provider, the end of its skip; its
 // buckets are not asked, since asking debits). A request larger than every

@@ -252,6 +252,7 @@ func TestNoKeyCanTakeTheRequest(t *testing.T) {
 	assert.Empty(t, resp.Header.Get("X-Should-Retry"))
 	assert.Empty(t, resp.Header.Get("X-Provider-Says"))
 	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	assert.Regexp(t, `^req_[0-9a-f]{32}$`, resp.Header.Get("X-Request-Id"))
 	var env struct {
 		Error struct {
 			Message string  `json:"message"`

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -25,7 +26,8 @@ type apiErrorBody struct {
 }
 
 // refuse answers the 429 for a request no key can take: OpenAI's error
-// envelope (which the Anthropic SDK reads too), Retry-After the whole
+// envelope (which the Anthropic SDK reads too), a fresh X-Request-Id,
+// Retry-After the whole
 // seconds until the soonest key that may fit has room, clamped to 1…60; 60
 // and X-Should-Retry: false when the request fits no key's bucket at all.
 func (r *round) refuse() *http.Response {
@@ -37,9 +39,10 @@ func (r *round) refuse() *http.Response {
 	}
 	body, _ := json.Marshal(apiError{Error: apiErrorBody{Message: msg, Type: "rate_limit_error", Code: "rate_limit_exceeded"}})
 	h := http.Header{
-		"Content-Type":   {"application/json"},
-		"Content-Length": {strconv.Itoa(len(body))},
-		HeaderRetryAfter: {strconv.FormatInt(secs, 10)},
+		"Content-Type":          {"application/json"},
+		"Content-Length":        {strconv.Itoa(len(body))},
+		HeaderRetryAfter:        {strconv.FormatInt(secs, 10)},
+		llmrate.HeaderRequestID: {fmt.Sprintf("req_%016x%016x", rand.Uint64(), rand.Uint64())},
 	}
 	if !r.waitSet {
 		h.Set(HeaderShouldRetry, "false")
