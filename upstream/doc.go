@@ -79,10 +79,9 @@
 // When no attempt could be made, RoundTrip answers a synthesized 429 with
 // llmrate's error envelope ("type": "rate_limit_error", "code":
 // "rate_limit_exceeded", "param": null), a fresh X-Request-Id and
-// Retry-After the whole seconds,
-// rounded up, until the soonest key that may fit has room, clamped to
-// 1…60 (for a key skipped by the provider, the end of its skip; its
-// buckets are not asked, since asking debits). A request larger than every
+// Retry-After the whole seconds, rounded up, until the soonest key that
+// may fit has room, clamped to 1…60 (for a key skipped by the provider,
+// the end of its skip; its buckets are not asked, since asking debits). A request larger than every
 // key's whole tokens bucket gets Retry-After: 60, a message saying retrying
 // will not help, and X-Should-Retry: false, which the official OpenAI and
 // Anthropic SDKs honour.
