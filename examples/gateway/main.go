@@ -8,8 +8,9 @@
 // one key gets the 429. -upstream URL proxies to a real provider instead,
 // -redis URL shares one limit across gateway processes (each with the same
 // secret in $LLMRATE_HASH_KEY), -config FILE maps keys to workspaces and
-// workspaces to tiers, and sets per-model limits, per-workspace overrides
-// and shadow mode.
+// workspaces to tiers, and sets per-model limits, per-workspace overrides,
+// shadow mode and the gateway's own provider keys (upstream-keys.json:
+// several mock-provider keys, one of which the mock answers 429).
 package main
 
 import (
@@ -50,7 +51,8 @@ func main() {
 //	                        "growth": {"requestsPerMin": 5000, "tokensPerMin": 800000}},
 //	            "o3": {"default": {"requestsPerMin": 20, "tokensPerMin": 40000}}},
 //	 "overrides": {"bigco": {"requestsPerMin": 60000, "tokensPerMin": 150000000}},
-//	 "shadow": false}
+//	 "shadow": false,
+//	 "upstream": {"keys": [{"name": "primary", "requestsPerMin": 500, "tokensPerMin": 200000, "secretEnv": "OPENAI_KEY_1"}]}}
 //
 // A key not listed is its own workspace; a workspace not listed is Free.
 // "models" holds each model's (or model prefix's, ending in "*") own
@@ -58,12 +60,15 @@ func main() {
 // is read from the request body's "model" (or a Gemini path). "overrides"
 // gives workspaces figures of their own instead of their tier's. "shadow":
 // true counts, logs and reports every decision but refuses nothing.
+// "upstream" lists the gateway's own provider keys (UpstreamConfig; try
+// -config examples/gateway/upstream-keys.json).
 type Config struct {
 	Keys       map[string]string             `json:"keys"`
 	Workspaces map[string]string             `json:"workspaces"`
 	Models     map[string]map[string]Figures `json:"models"`
 	Overrides  map[string]Figures            `json:"overrides"`
 	Shadow     bool                          `json:"shadow"`
+	Upstream   *UpstreamConfig               `json:"upstream"`
 }
 
 func loadConfig(path string) (*Config, llmrate.StaticTiers, error) {
@@ -147,11 +152,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 	}
 	defer func() { _ = log.Sync() }()
 
-	opts, err := limiterOptions(f, log)
+	opts, cfg, err := limiterOptions(f, log)
 	if err != nil {
 		return err
 	}
-	storeOpts, closeStore, err := storeOptions(ctx, f.redisURL, f.redisTimeout, f.leases, f.hashKeyEnv, log)
+	keyStore, storeOpts, closeStore, err := storeOptions(ctx, f.redisURL, f.redisTimeout, f.leases, f.hashKeyEnv, log)
 	if err != nil {
 		return err
 	}
@@ -162,8 +167,16 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 		return err
 	}
 
-	provider := http.Handler(&mockProvider{words: f.mockWords, delay: f.mockDelay})
-	if f.upstream != "" {
+	mock := &mockProvider{words: f.mockWords, delay: f.mockDelay}
+	provider := http.Handler(mock)
+	switch {
+	case cfg.Upstream != nil && len(cfg.Upstream.Keys) > 0:
+		var stopMock func()
+		if provider, stopMock, err = upstreamProxy(cfg.Upstream, f.upstream, keyStore, mock, log); err != nil {
+			return err
+		}
+		defer stopMock()
+	case f.upstream != "":
 		if provider, err = reverseProxy(f.upstream, os.Getenv(f.upstreamKeyEnv)); err != nil {
 			return err
 		}
@@ -198,10 +211,10 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 
 // limiterOptions are the limiter's options from the flags and the config
 // file, the store's aside.
-func limiterOptions(f *gatewayFlags, log *zap.Logger) ([]llmrate.Option, error) {
+func limiterOptions(f *gatewayFlags, log *zap.Logger) ([]llmrate.Option, *Config, error) {
 	cfg, tiers, err := loadConfig(f.configPath)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	opts := []llmrate.Option{
 		llmrate.WithLogger(log),
@@ -224,11 +237,11 @@ func limiterOptions(f *gatewayFlags, log *zap.Logger) ([]llmrate.Option, error) 
 	}
 	policies, err := policyOptions(f.configPath, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	opts = append(opts, policies...)
 	opts = append(opts, llmrate.WithStoreTimeout(f.storeTimeout))
-	return opts, nil
+	return opts, cfg, nil
 }
 
 // printTry prints the curl commands that try the gateway at addr.

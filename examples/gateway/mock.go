@@ -17,6 +17,10 @@ import (
 type mockProvider struct {
 	words int           // words in each answer
 	delay time.Duration // pause between streamed chunks
+	// refuse429Prefix, when set, makes the mock answer 429 (Retry-After:
+	// 30, as OpenAI does) to every credential that starts with it: a
+	// provider key out of room, for the upstream-keys demo.
+	refuse429Prefix string
 }
 
 type chatRequest struct {
@@ -28,6 +32,15 @@ type chatRequest struct {
 }
 
 func (m *mockProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := m.refuse429Prefix; p != "" && strings.HasPrefix(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), p) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "30")
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		w.Header().Set("X-Ratelimit-Reset-Requests", "30s")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"error":{"message":"Rate limit reached for requests (mock).","type":"requests","param":null,"code":"rate_limit_exceeded"}}`)
+		return
+	}
 	if r.Method != http.MethodPost {
 		http.Error(w, `{"error":{"message":"use POST","type":"invalid_request_error","param":null,"code":null}}`, http.StatusMethodNotAllowed)
 		return

@@ -13,21 +13,25 @@ import (
 	"go.uber.org/zap"
 )
 
-// storeOptions returns the store options for -redis (none: per-process
-// memory) and a function that releases the store. The Redis store's names
-// are keyed by the secret in the environment variable hashKeyEnv, which
-// every gateway sharing the Redis must set alike.
-func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, leases float64, hashKeyEnv string, log *zap.Logger) ([]llmrate.Option, func(), error) {
+// storeOptions returns the limiter's store options for -redis (none:
+// per-process memory), the store for the upstream keys' buckets (nil:
+// per-process memory) and a function that releases both. The upstream
+// keys get a store of their own, under its own prefix: a caller whose key
+// is its own workspace could otherwise name a workspace "upstream:"+Name
+// and spend a provider key's buckets. The Redis store's names are keyed by
+// the secret in the environment variable hashKeyEnv, which every gateway
+// sharing the Redis must set alike.
+func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, leases float64, hashKeyEnv string, log *zap.Logger) (llmrate.Store, []llmrate.Option, func(), error) {
 	if redisURL == "" {
-		return nil, func() {}, nil // the memory store keeps no names: no secret needed
+		return nil, nil, func() {}, nil // the memory store keeps no names: no secret needed
 	}
 	hashKey, err := hashKeyFrom(hashKeyEnv, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("-redis: %w", err)
 	}
 	opt.DialTimeout = 100 * time.Millisecond
 	opt.MaxRetries = -1 // a retry would blow the store timeout; fail open instead
@@ -45,9 +49,14 @@ func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, l
 	store, err := redisstore.New(client, ropts...)
 	if err != nil {
 		_ = client.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return []llmrate.Option{llmrate.WithStore(store)}, func() { _ = client.Close() }, nil
+	keys, err := redisstore.New(client, redisstore.WithHashKey(hashKey), redisstore.WithTimeout(timeout), redisstore.WithPrefix(redisstore.DefaultPrefix+"-upstream"))
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, nil, err
+	}
+	return keys, []llmrate.Option{llmrate.WithStore(store)}, func() { _ = client.Close() }, nil
 }
 
 // hashKeyFrom reads the secret for Redis key names from the environment

@@ -1,0 +1,111 @@
+// Package upstream holds a gateway's own provider keys to the provider's
+// limits: an http.RoundTripper that sends each request on the first key
+// with room, fails over between keys on a provider 429, and never sends a
+// request a key's published figures say the provider would refuse.
+//
+//	keys := []upstream.Key{
+//		{Name: "openai-1", Limits: llmrate.Limits{RequestsPerMinute: 500, TokensPerMinute: 200_000},
+//			Authorize: func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+os.Getenv("OPENAI_KEY_1")) }},
+//		{Name: "openai-2", Limits: llmrate.Limits{RequestsPerMinute: 500, TokensPerMinute: 200_000},
+//			Authorize: func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+os.Getenv("OPENAI_KEY_2")) }},
+//	}
+//	t, err := upstream.New(keys)
+//	...
+//	proxy := &httputil.ReverseProxy{Rewrite: ..., Transport: t}
+//
+// It plugs into httputil.ReverseProxy and http.Client alike, behind the
+// llmrate middleware or alone. Like golang.org/x/oauth2's Transport, it
+// never modifies the caller's request: each attempt is a fresh clone, sent
+// on the base RoundTripper (WithBase; default http.DefaultTransport).
+//
+// # Keys and their buckets
+//
+// Each key has the same exact buckets as the middleware's (requests and
+// tokens per minute, capacity twice the figure), in the given store
+// (WithStore: an llmrate.MemoryStore by default, per process; a
+// redisstore.Store holds a key to one limit across every gateway process).
+// A key's buckets are the solo workspace "upstream:"+Name. Each admission
+// has its own identity (llmrate.NewAdmissionID), which its reconcile carries
+// with the store's receipt.
+//
+// A request debits its estimate (WithEstimator; default
+// llmrate.EstimateTokens: Content-Length / 4, floor 1, where the length of
+// a buffered chunked body is its real length) from the first key in order
+// that has room. The estimate is replaced by the charge exactly once, when
+// the response body is read to its end or closed, whichever comes first,
+// by the llmrate charge rule: the provider's final usage on a completed
+// response (read by the usage package, whatever its framing and encoding),
+// else the reported input (or the estimate) plus the larger of the reported
+// output and the generated text's bytes / 4. A body closed before its end
+// is a cut response, unless all of its declared length was read or the
+// stream's terminal event was (in an event stream without a
+// Content-Encoding: OpenAI's "data: [DONE]", Anthropic's
+// message_stop, the Responses API's response.completed: the official SDKs
+// stop reading there and close). The body streams through unbuffered. A
+// body never read to its end nor closed is never reconciled: its estimate
+// stands (and net/http leaks its connection anyway). The reconcile is a
+// store call on the goroutine that reads the body's end or closes it: with
+// a shared store, one round trip there, bounded by WithStoreTimeout.
+//
+// # Failover
+//
+// Keys are tried in order. A key is skipped, and the next one considered,
+// when:
+//   - its own buckets have no room (or the request is larger than its whole
+//     tokens bucket);
+//   - the provider answered it 429: it is skipped until the provider says
+//     it has room (Retry-After-Ms, Retry-After in seconds or as an
+//     HTTP-date, else the reset headers below, else DefaultProviderSkip),
+//     for the request's model when the request's JSON body names one at
+//     its top level, else for every model;
+//   - a response of the provider's (any status) said 0 remaining: OpenAI's
+//     x-ratelimit-remaining-requests or -tokens, until the matching
+//     x-ratelimit-reset-* (a Go-style duration such as 6m0s, 1.5s, 20ms);
+//     Anthropic's anthropic-ratelimit-{requests,tokens,input-tokens,
+//     output-tokens}-remaining, until the matching -reset (RFC 3339). It
+//     is skipped for the request's model, as for a 429.
+//
+// All times are read on WithClock's clock; no skip lasts longer than
+// MaxProviderSkip. A key skipped without sending is not an attempt: at most
+// WithMaxAttempts attempts (default 3) reach a provider. A provider 429
+// keeps its attempt's estimate charged (the provider counted the request
+// too). The body is replayed byte for byte from GetBody, or from a buffer
+// when it is at most MaxReplayBody bytes; a larger body without GetBody is
+// sent once and a 429 to it returned as sent. When the last attempt made
+// got a 429 (attempts exhausted, the body not replayable, or no further
+// key could take the request), that 429 is returned as the provider sent
+// it.
+//
+// When no attempt could be made, RoundTrip answers a synthesized 429 with
+// llmrate's error envelope ("type": "rate_limit_error", "code":
+// "rate_limit_exceeded", "param": null), a fresh X-Request-Id and
+// Retry-After the whole seconds, rounded up, until the soonest key that
+// may fit has room, clamped to 1…60 (for a key skipped by the provider,
+// the end of its skip; its buckets are not asked, since asking debits). A request larger than every
+// key's whole tokens bucket gets Retry-After: 60, a message saying retrying
+// will not help, and X-Should-Retry: false, which the official OpenAI and
+// Anthropic SDKs honour.
+//
+// # Failures
+//
+// A failure before the provider saw the request (the base RoundTripper's
+// error before it wrote the request's headers, observed through
+// net/http/httptrace — a dial error, say; or a panic in Authorize) credits
+// the reservation back in full, its request and its tokens
+// (llmrate.ReconcileRequest.Refund), and RoundTrip returns the error. A base
+// RoundTripper that reports no httptrace events has every error treated so.
+// An error after the headers were written charges the estimate. Neither is
+// retried on another key. A store fault (an error, a call past
+// WithStoreTimeout, a panic) fails open: the key is used unchecked, counted
+// in FailOpens and logged at warn.
+//
+// # Observability
+//
+// WithObserver receives an AttemptEvent for every key considered (admitted,
+// skipped by its own limit, skipped by the provider, provider 429, failed)
+// and a ReconcileEvent for every reservation settled; WithLogger logs them
+// at debug, faults at warn. Keys appear by Name, never by credential; the
+// caller's Authorization, X-Api-Key and Api-Key headers are removed from
+// every attempt before Authorize sets the key's, and the response's Request
+// is the caller's request, not the clone that carried the credential.
+package upstream

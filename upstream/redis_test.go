@@ -1,0 +1,91 @@
+package upstream_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/redisstore"
+	"github.com/llmrate/llmrate/upstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Two gateway processes (two Transports, two clients, two stores) sharing
+// one Redis hold each key to one limit: admissions and charges made by one
+// are seen by the other.
+func TestRedisSharesKeyLimits(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newClock()
+	p := newProvider(t)
+	keys := []upstream.Key{bearerKey("a", "sk-a", 1, 600), bearerKey("b", "sk-b", 100, 100_000)}
+	var procs [2]*rig
+	for i := range procs {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := redisstore.New(c, redisstore.WithHashKey([]byte("0123456789abcdef-test-only")), redisstore.WithClock(clk.Now), redisstore.WithTimeout(time.Second))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		rec := &recorder{}
+		tr, err := upstream.New(keys, upstream.WithStore(s), upstream.WithClock(clk.Now), upstream.WithObserver(rec), upstream.WithStoreTimeout(time.Second))
+		require.NoError(t, err)
+		procs[i] = &rig{p: p, clk: clk, rec: rec, tr: tr, keys: keys}
+	}
+	// a's requests: a burst of 2, shared.
+	procs[0].post(t, chat("m", 400))
+	procs[1].post(t, chat("m", 400))
+	procs[0].post(t, chat("m", 400))
+	assert.Equal(t, []string{"a:admitted", "a:skipped_own_limit", "b:admitted"}, procs[0].rec.outcomes())
+	assert.Equal(t, []string{"a:admitted"}, procs[1].rec.outcomes())
+	assert.Equal(t, []string{"sk-a", "sk-a", "sk-b"}, p.creds())
+
+	// a's tokens: 600 TPM, capacity 1,200, 10 tokens/s. Two minutes on, a
+	// is full again; one answer charging 1,150 (an Anthropic stream) leaves
+	// 50, which the other process sees.
+	clk.Add(2 * time.Minute)
+	p.on("sk-a", sse(anthropicStream(1000, 150, "a long answer"), false))
+	resp, body := procs[0].post(t, chat("claude", 400))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, body, "message_stop")
+	procs[0].rec.outcomes()
+	ev := procs[0].rec.reconciled()
+	require.Len(t, ev, 3) // a, b, a
+	assert.Equal(t, int64(1150), ev[2].Actual)
+	clk.Add(time.Second) // a: 60 tokens; 1 request left
+	p.on("sk-a", nil)
+	procs[1].post(t, chat("m", 4*61)) // 61 > 60: b
+	assert.Equal(t, []string{"a:skipped_own_limit", "b:admitted"}, procs[1].rec.outcomes())
+	procs[1].post(t, chat("m", 4*60)) // fits exactly
+	assert.Equal(t, []string{"a:admitted"}, procs[1].rec.outcomes())
+}
+
+// A provider 429 on a Redis-backed Transport fails over; the synthesized 429
+// reads its Retry-After from the shared buckets.
+func TestRedisFailoverAndSynthesized429(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newClock()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := redisstore.New(c, redisstore.WithHashKey([]byte("0123456789abcdef-test-only")), redisstore.WithClock(clk.Now), redisstore.WithTimeout(time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	p := newProvider(t)
+	rec := &recorder{}
+	keys := []upstream.Key{bearerKey("a", "sk-a", 100, 100_000), bearerKey("b", "sk-b", 100, 600)}
+	tr, err := upstream.New(keys, upstream.WithStore(s), upstream.WithClock(clk.Now), upstream.WithObserver(rec), upstream.WithStoreTimeout(time.Second))
+	require.NoError(t, err)
+	r := &rig{p: p, clk: clk, rec: rec, tr: tr, keys: keys}
+	p.on("sk-a", tooMany("Retry-After", "40"))
+	p.on("sk-b", openAIJSON(1100, 50, "b")) // b keeps 1,200 - 1,150 = 50
+	resp, _ := r.post(t, chat("m", 400))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, []string{"a:provider_429", "b:admitted"}, rec.outcomes())
+	// a skipped for 40 s; b needs (200 - 50) / 10 = 15 s.
+	resp, _ = r.post(t, chat("m", 800))
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "15", resp.Header.Get("Retry-After"))
+	assert.Equal(t, []string{"a:skipped_provider", "b:skipped_own_limit"}, rec.outcomes())
+}

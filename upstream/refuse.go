@@ -1,0 +1,73 @@
+package upstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"go.uber.org/zap"
+)
+
+type apiError struct {
+	Error apiErrorBody `json:"error"`
+}
+
+type apiErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// refuse answers the 429 for a request no key can take: OpenAI's error
+// envelope (which the Anthropic SDK reads too), a fresh X-Request-Id,
+// Retry-After the whole
+// seconds until the soonest key that may fit has room, clamped to 1…60; 60
+// and X-Should-Retry: false when the request fits no key's bucket at all.
+func (r *round) refuse() *http.Response {
+	maxSecs := int64(llmrate.MaxRetryAfter / time.Second)
+	secs, msg := maxSecs, fmt.Sprintf("Request too large for every upstream key: its estimated %d tokens exceed each key's whole tokens-per-minute capacity. Retrying will not help: send a smaller request.", r.est)
+	if r.waitSet {
+		secs = min(max(ceilSeconds(r.wait), 1), maxSecs)
+		msg = fmt.Sprintf("Rate limit reached on every upstream key for this request. Please try again in %ds.", secs)
+	}
+	body, _ := json.Marshal(apiError{Error: apiErrorBody{Message: msg, Type: "rate_limit_error", Code: "rate_limit_exceeded"}})
+	h := http.Header{
+		"Content-Type":          {"application/json"},
+		"Content-Length":        {strconv.Itoa(len(body))},
+		HeaderRetryAfter:        {strconv.FormatInt(secs, 10)},
+		llmrate.HeaderRequestID: {fmt.Sprintf("req_%016x%016x", rand.Uint64(), rand.Uint64())},
+	}
+	if !r.waitSet {
+		h.Set(HeaderShouldRetry, "false")
+	}
+	if ce := r.t.log.Check(zap.DebugLevel, "upstream: no key can take the request"); ce != nil {
+		ce.Write(zap.Int64("estimate", r.est), zap.Int64("retry_after_s", secs), zap.Bool("never_fits", !r.waitSet))
+	}
+	return &http.Response{
+		Status:        "429 Too Many Requests",
+		StatusCode:    http.StatusTooManyRequests,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       r.req,
+	}
+}
+
+// ceilSeconds returns d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
+}

@@ -1,0 +1,67 @@
+package upstream
+
+import (
+	"context"
+
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/usage"
+	"go.uber.org/zap"
+)
+
+// reservation is one admission on a key: its estimate, debited, waiting to
+// be replaced by the charge (or refunded) exactly once.
+type reservation struct {
+	t       *Transport
+	k       *key
+	ctx     context.Context // the request's, for its values; never its cancellation
+	id      string
+	receipt string
+	est     int64
+}
+
+// settle replaces the estimate by the charge for a response whose body
+// held r (the DESIGN §5 rule, usage.Result.Charge); cut: the body was not
+// read to its end.
+func (res *reservation) settle(r usage.Result, cut bool) {
+	cut = cut || r.Cut()
+	res.apply(r.Charge(res.est, cut), false, ReconcileEvent{Kind: reconcileKind(r, cut), Cut: cut, Reported: r.Usage})
+}
+
+// settleError charges the estimate for an attempt that failed after the
+// provider saw the request.
+func (res *reservation) settleError() {
+	if res != nil {
+		res.apply(res.est, false, ReconcileEvent{Kind: llmrate.ReconcileEstimated, Cut: true})
+	}
+}
+
+// refund credits the reservation back in full: the request never reached
+// the provider. A nil reservation (the key used unchecked) has nothing to
+// refund.
+func (res *reservation) refund() {
+	if res != nil {
+		res.apply(0, true, ReconcileEvent{Kind: llmrate.ReconcileEstimated})
+	}
+}
+
+func (res *reservation) apply(actual int64, refund bool, ev ReconcileEvent) {
+	t, k := res.t, res.k
+	_, err := callStore(t, res.ctx, "reconcile", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, t.store.Reconcile(ctx, llmrate.ReconcileRequest{
+			Key: k.ws, Workspace: k.ws, KeyLimits: k.Limits, WorkspaceLimits: k.Limits,
+			Estimate: res.est, Actual: actual, Solo: true, Now: t.clock(),
+			ID: res.id, Receipt: res.receipt, Refund: refund,
+		})
+	})
+	if err != nil {
+		t.fault("reconcile", k.Name, err)
+	}
+	ev.Key, ev.Estimate, ev.Actual, ev.Refund, ev.Err = k.Name, res.est, actual, refund, err
+	if t.observer != nil {
+		t.observer.Reconciled(ev)
+	}
+	if ce := t.log.Check(zap.DebugLevel, "upstream: reconciled"); ce != nil {
+		ce.Write(zap.String("upstream_key", k.Name), zap.Stringer("kind", ev.Kind), zap.Int64("estimate", ev.Estimate),
+			zap.Int64("actual", actual), zap.Bool("refund", refund), zap.Bool("cut", ev.Cut))
+	}
+}

@@ -1,0 +1,406 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"go.uber.org/zap"
+)
+
+// Key is one of the gateway's own provider keys.
+type Key struct {
+	// Name identifies the key: unique among the keys, shown in logs and
+	// events, and naming its buckets in the store (the workspace
+	// "upstream:"+Name, stable across processes). Never the secret.
+	Name string
+	// Limits are the provider's figures for this key, per minute; each in
+	// [1, llmrate.MaxPerMinute].
+	Limits llmrate.Limits
+	// Authorize sets the credential on an outgoing request (e.g. its
+	// Authorization or x-api-key header). It is given a clone of the
+	// caller's request, without the caller's Authorization, X-Api-Key and
+	// Api-Key headers, and may modify it freely. Required.
+	Authorize func(*http.Request)
+}
+
+// key is a Key with its state.
+type key struct {
+	Key
+	ws    string // the workspace of its buckets: "upstream:"+Name
+	skips skips
+}
+
+// Transport is an http.RoundTripper that sends each request on the first
+// of its keys whose buckets admit it and that the provider has not said is
+// out of room, fails over to the next key on a provider 429, and charges
+// each key what its responses consumed. See the package doc. It is safe
+// for concurrent use.
+type Transport struct {
+	keys             []key
+	base             http.RoundTripper
+	store            llmrate.Store
+	memory           bool // the store is a *llmrate.MemoryStore: calls need no deadline
+	clock            func() time.Time
+	maxAttempts      int
+	estimator        func(*http.Request) int64
+	defaultEstimator bool
+	log              *zap.Logger
+	observer         Observer
+	timeout          time.Duration
+	failOpens        atomic.Int64
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// New returns a Transport over keys, tried in the order given. Bad input is
+// a *llmrate.ConfigError (several are joined): no keys, an empty or
+// duplicate Name, a nil Authorize, a figure out of [1,
+// llmrate.MaxPerMinute], or a bad option.
+func New(keys []Key, opts ...Option) (*Transport, error) {
+	cfg, err := newConfig(opts)
+	errs := []error{err}
+	if len(keys) == 0 {
+		errs = append(errs, &llmrate.ConfigError{Option: "keys", Err: errors.New("none given")})
+	}
+	seen := make(map[string]int, len(keys))
+	for i, k := range keys {
+		errs = append(errs, validKey(i, k, seen))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	t := &Transport{
+		keys:             make([]key, len(keys)),
+		base:             cfg.base,
+		store:            cfg.store,
+		clock:            cfg.clock,
+		maxAttempts:      cfg.maxAttempts,
+		estimator:        cfg.estimator,
+		defaultEstimator: cfg.estimator == nil,
+		log:              cfg.logger,
+		observer:         cfg.observer,
+		timeout:          cfg.timeout,
+	}
+	if t.defaultEstimator {
+		t.estimator = llmrate.EstimateTokens
+	}
+	_, t.memory = cfg.store.(*llmrate.MemoryStore)
+	for i, k := range keys {
+		t.keys[i].Key, t.keys[i].ws = k, "upstream:"+k.Name
+	}
+	return t, nil
+}
+
+// validKey checks keys[i]; seen maps the names already seen to their index.
+func validKey(i int, k Key, seen map[string]int) error {
+	where := fmt.Sprintf("keys[%d]", i)
+	var errs []error
+	if k.Name == "" {
+		errs = append(errs, errors.New("empty name"))
+	} else if j, dup := seen[k.Name]; dup {
+		errs = append(errs, fmt.Errorf("name %q is also keys[%d]'s", k.Name, j))
+	} else {
+		seen[k.Name] = i
+	}
+	if k.Authorize == nil {
+		errs = append(errs, errors.New("nil Authorize"))
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"RequestsPerMinute", k.Limits.RequestsPerMinute}, {"TokensPerMinute", k.Limits.TokensPerMinute}} {
+		if f.v < 1 || f.v > llmrate.MaxPerMinute {
+			errs = append(errs, fmt.Errorf("%s %d out of range [1, %d]", f.name, f.v, int64(llmrate.MaxPerMinute)))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return &llmrate.ConfigError{Option: where, Err: errors.Join(errs...)}
+}
+
+// FailOpens returns how many times a fault let a request through
+// unchecked or left an estimate standing: a store error, timeout or panic
+// on admission (the key was used unreserved) or on a reconcile, or a
+// panicking estimator (llmrate.EstimateTokens was used instead).
+func (t *Transport) FailOpens() int64 { return t.failOpens.Load() }
+
+// RoundTrip sends req on the first key that can take it, as the package
+// doc describes. It never modifies req, and it closes req's body on every
+// path. A failure before a provider saw the request (the base
+// RoundTripper's error before the request's headers were written, such as
+// a dial error, or a panic in the key's Authorize, returned as a
+// *llmrate.PanicError) refunds the key's reservation and is returned. When
+// no key can take the request it answers a synthesized 429 (see the
+// package doc), with a nil error.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := round{t: t, req: req}
+	defer r.body.closeOriginal()
+	if err := r.body.prepare(req); err != nil {
+		return nil, err
+	}
+	r.est = r.estimate()
+	for i := range t.keys {
+		if r.attempts == t.maxAttempts || r.attempts > 0 && !r.body.replayable() {
+			break
+		}
+		resp, done, err := r.try(&t.keys[i])
+		if done {
+			r.discardHeld()
+			return resp, err
+		}
+	}
+	if r.held != nil {
+		return r.held, nil
+	}
+	return r.refuse(), nil
+}
+
+// round is one RoundTrip's state.
+type round struct {
+	t        *Transport
+	req      *http.Request
+	body     reqBody
+	est      int64
+	model    string
+	modelSet bool
+	attempts int
+	held     *http.Response // the latest provider 429, returned if nothing follows
+	wait     time.Duration  // the soonest a key that may fit has room
+	waitSet  bool           // some key may fit
+}
+
+// try considers key k: it skips it, or sends the request on it. done
+// reports that resp (or err) is RoundTrip's answer.
+func (r *round) try(k *key) (resp *http.Response, done bool, err error) {
+	t := r.t
+	ev := AttemptEvent{Key: k.Name, Estimate: r.est}
+	now := t.clock()
+	if r.est > 2*k.Limits.TokensPerMinute {
+		ev.Outcome, ev.NeverFits = OutcomeSkippedOwnLimit, true
+		t.emit(&ev)
+		return nil, false, nil
+	}
+	if w := k.skips.wait(now, r.modelName); w > 0 {
+		r.noteWait(w)
+		ev.Outcome, ev.Wait = OutcomeSkippedProvider, w
+		t.emit(&ev)
+		return nil, false, nil
+	}
+	res, d, err := r.admit(k, now)
+	switch {
+	case err != nil:
+		ev.FailedOpen, ev.Err = true, err
+	case d.NeverFits:
+		ev.Outcome, ev.NeverFits = OutcomeSkippedOwnLimit, true
+		t.emit(&ev)
+		return nil, false, nil
+	case !d.Allowed:
+		r.noteWait(d.RetryAfter)
+		ev.Outcome, ev.Wait = OutcomeSkippedOwnLimit, d.RetryAfter
+		t.emit(&ev)
+		return nil, false, nil
+	}
+	r.attempts++
+	resp, err = r.send(k, res)
+	if err != nil {
+		ev.Outcome, ev.Err = OutcomeFailed, err
+		t.emit(&ev)
+		return nil, true, err
+	}
+	if res != nil {
+		wrapBody(resp, res)
+	}
+	now = t.clock()
+	if w, skip := providerSkip(resp.Header, resp.StatusCode, now); skip {
+		k.skips.skip(now, w, r.modelName())
+		ev.Wait = w
+	}
+	ev.Status = resp.StatusCode
+	if resp.StatusCode == http.StatusTooManyRequests {
+		ev.Outcome = OutcomeProvider429
+		t.emit(&ev)
+		r.discardHeld()
+		r.held = resp
+		return nil, false, nil
+	}
+	ev.Outcome = OutcomeAdmitted
+	t.emit(&ev)
+	return resp, true, nil
+}
+
+// admit reserves the request's estimate in k's buckets. A store fault
+// returns its error and no reservation: the key is used unchecked.
+func (r *round) admit(k *key, now time.Time) (*reservation, llmrate.Decision, error) {
+	t := r.t
+	id := llmrate.NewAdmissionID()
+	d, err := callStore(t, r.req.Context(), "admit", func(ctx context.Context) (llmrate.Decision, error) {
+		return t.store.Admit(ctx, llmrate.AdmitRequest{
+			Key: k.ws, Workspace: k.ws, KeyLimits: k.Limits, WorkspaceLimits: k.Limits,
+			Tokens: r.est, Solo: true, Now: now, ID: id,
+		})
+	})
+	if err != nil {
+		t.fault("admit", k.Name, err)
+		return nil, d, err
+	}
+	if !d.Allowed {
+		return nil, d, nil
+	}
+	return &reservation{t: t, k: k, ctx: r.req.Context(), id: id, receipt: d.Receipt, est: r.est}, d, nil
+}
+
+// send sends one attempt on k. An error before the provider saw the request
+// refunds res (nil when the key is used unchecked); one after charges the
+// estimate.
+func (r *round) send(k *key, res *reservation) (*http.Response, error) {
+	var wrote atomic.Bool
+	out, err := r.attemptRequest(k, &wrote)
+	if err != nil {
+		res.refund()
+		return nil, err
+	}
+	r.body.sent()
+	resp, err := r.t.base.RoundTrip(out)
+	if err != nil {
+		if wrote.Load() {
+			res.settleError()
+		} else {
+			res.refund()
+		}
+		return nil, err
+	}
+	if resp.Body == nil {
+		resp.Body = http.NoBody
+	}
+	resp.Request = r.req // not the clone, which holds the key's credential
+	return resp, nil
+}
+
+// attemptRequest returns a fresh clone of the caller's request for key k,
+// its credential set by k's Authorize; wrote is set once its headers were
+// written.
+func (r *round) attemptRequest(k *key, wrote *atomic.Bool) (out *http.Request, err error) {
+	ctx := httptrace.WithClientTrace(r.req.Context(), &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }})
+	out = r.req.Clone(ctx)
+	if out.Header == nil {
+		out.Header = make(http.Header)
+	}
+	out.Header.Del("Authorization")
+	out.Header.Del("X-Api-Key")
+	out.Header.Del("Api-Key")
+	if err := r.body.attach(out); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, &llmrate.PanicError{Where: "upstream key " + k.Name + " Authorize", Value: p}
+		}
+	}()
+	k.Authorize(out)
+	return out, nil
+}
+
+// estimate returns the request's token estimate: the estimator's, on a
+// copy of the request whose body it may read.
+func (r *round) estimate() (est int64) {
+	t := r.t
+	if t.defaultEstimator {
+		return max(1, r.body.length/4)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			t.fault("estimate", "", &llmrate.PanicError{Where: "estimator", Value: p})
+			est = max(1, r.body.length/4)
+		}
+	}()
+	return max(1, t.estimator(r.probe()))
+}
+
+// modelName returns the model the request names (its top-level JSON
+// "model", as llmrate.ModelFromBody reads it), read once, when first asked.
+func (r *round) modelName() string {
+	if !r.modelSet {
+		r.model, _ = llmrate.ModelFromBody()(r.probe())
+		r.modelSet = true
+	}
+	return r.model
+}
+
+// probe returns a shallow copy of the caller's request whose body reads the
+// bytes read ahead (all of them when the body was buffered).
+func (r *round) probe() *http.Request {
+	p := new(http.Request)
+	*p = *r.req
+	p.Body, p.GetBody, p.ContentLength = r.body.probe(), nil, r.body.length
+	return p
+}
+
+func (r *round) noteWait(w time.Duration) {
+	if !r.waitSet || w < r.wait {
+		r.wait, r.waitSet = w, true
+	}
+}
+
+// discardHeld drains (a little, so its connection may be reused) and
+// closes the provider 429 held so far, if any.
+func (r *round) discardHeld() {
+	if r.held == nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, r.held.Body, 64<<10)
+	_ = r.held.Body.Close()
+	r.held = nil
+}
+
+// emit reports one key's outcome to the observer and the log.
+func (t *Transport) emit(ev *AttemptEvent) {
+	if t.observer != nil {
+		t.observer.Attempted(*ev)
+	}
+	lvl := zap.DebugLevel
+	if ev.Outcome == OutcomeFailed {
+		lvl = zap.WarnLevel
+	}
+	if ce := t.log.Check(lvl, "upstream: attempt"); ce != nil {
+		ce.Write(zap.String("upstream_key", ev.Key), zap.Stringer("outcome", ev.Outcome), zap.Int64("estimate", ev.Estimate),
+			zap.Duration("wait", ev.Wait), zap.Bool("never_fits", ev.NeverFits), zap.Bool("failed_open", ev.FailedOpen),
+			zap.Int("status", ev.Status), zap.Error(ev.Err))
+	}
+}
+
+// fault counts and logs a fault of the limiter's own (never the key's
+// credential: the key appears by name).
+func (t *Transport) fault(op, keyName string, err error) {
+	t.failOpens.Add(1)
+	t.log.Warn("upstream: fault; failing open", zap.String("op", op), zap.String("upstream_key", keyName), zap.Error(err))
+}
+
+// callStore runs one store call: bounded by the store timeout, not
+// cancelled with the request (a reconcile must land after the client left),
+// a panic returned as a *llmrate.PanicError. The memory store is called
+// directly.
+func callStore[T any](t *Transport, parent context.Context, op string, f func(context.Context) (T, error)) (v T, err error) {
+	ctx := parent
+	if !t.memory {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(parent), t.timeout)
+		defer cancel()
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = &llmrate.StoreError{Op: op, Err: &llmrate.PanicError{Where: "store", Value: p}}
+		}
+	}()
+	if v, err = f(ctx); err != nil {
+		err = &llmrate.StoreError{Op: op, Err: err}
+	}
+	return v, err
+}
