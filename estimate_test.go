@@ -276,3 +276,107 @@ func FuzzEstimateFromBody(f *testing.F) {
 		}
 	})
 }
+
+// benchChat is a chat request of about size bytes: a system message and
+// user turns of English text, max_tokens and the model last.
+func benchChat(size int) []byte {
+	turn := `{"role":"user","content":"Summarise the attached notes in three bullet points, please, and say which of them matter most."},`
+	var b strings.Builder
+	b.WriteString(`{"messages":[{"role":"system","content":"You are a careful assistant."},`)
+	for b.Len()+len(turn) < size-60 {
+		b.WriteString(turn)
+	}
+	s := strings.TrimSuffix(b.String(), ",")
+	return []byte(s + `],"max_tokens":1024,"temperature":0.2,"model":"gpt-4o-mini"}`)
+}
+
+// jsonChat is what encoding/json needs to estimate a chat request.
+type jsonChat struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	MaxTokens int64 `json:"max_tokens"`
+}
+
+// BenchmarkBodyEstimate: per request body size (MB/s = body bytes), the
+// read-ahead and scan of EstimateFromBody, ModelFromBody, both on one
+// request (one read-ahead, one scan, as the limiter runs them), and
+// encoding/json decoding the same fields (a read of the body into a buffer
+// kept for the next handler, Unmarshal into a struct, each string content
+// decoded).
+func BenchmarkBodyEstimate(b *testing.B) {
+	for _, size := range []int{1 << 10, 4 << 10, 64 << 10} {
+		body := benchChat(size)
+		want := refEstimate(body, int64(len(body)))
+		name := strconv.Itoa(size>>10) + "KB"
+		rd := bytes.NewReader(body)
+		rc := io.NopCloser(rd)
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		reset := func() {
+			rd.Reset(body)
+			r.Body, r.ContentLength = rc, int64(len(body))
+		}
+		estimate, model := llmrate.EstimateFromBody(), llmrate.ModelFromBody()
+		b.Run("EstimateFromBody/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				reset()
+				if estimate(r) != want {
+					b.Fatal("estimate")
+				}
+			}
+		})
+		b.Run("ModelFromBody/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				reset()
+				if m, _ := model(r); m != "gpt-4o-mini" {
+					b.Fatal(m)
+				}
+			}
+		})
+		b.Run("both/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				reset()
+				// Estimate first: its scan serves the model too.
+				if estimate(r) != want {
+					b.Fatal("estimate")
+				}
+				if m, _ := model(r); m != "gpt-4o-mini" {
+					b.Fatal(m)
+				}
+			}
+		})
+		b.Run("encoding-json/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				reset()
+				buf, err := io.ReadAll(r.Body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.Body = io.NopCloser(bytes.NewReader(buf))
+				var c jsonChat
+				if err := json.Unmarshal(buf, &c); err != nil {
+					b.Fatal(err)
+				}
+				var text int64
+				for _, m := range c.Messages {
+					var s string
+					if json.Unmarshal(m.Content, &s) == nil {
+						text += int64(len(s))
+					}
+				}
+				if (text+3)/4+c.MaxTokens != want || c.Model != "gpt-4o-mini" {
+					b.Fatal("encoding/json disagrees")
+				}
+			}
+		})
+	}
+}

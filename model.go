@@ -127,7 +127,8 @@ func (t *modelTable) match(model string) (name string, tt TierTable, ok bool) {
 	return "", TierTable{}, false
 }
 
-// identifyModel reads the request's model when WithModel is set. A non-zero
+// identifyModel reads the request's model when WithModel is set and model
+// limits, a token cost or calibration use it. A non-zero
 // status refuses the request as bad client input; fault is set when the
 // extractor panicked (the request then fails open).
 func (l *Limiter) identifyModel(r *http.Request, a *admission) (status int, code, msg string, fault error) {
