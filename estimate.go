@@ -45,7 +45,9 @@ func EstimateTokens(r *http.Request) int64 {
 // A request naming a large output limit is debited that much at
 // admission: it is refused when a bucket cannot hold it (NeverFits when
 // the limit exceeds a whole bucket), where the default estimate would have
-// admitted it and charged its usage afterwards.
+// admitted it and charged its usage afterwards. A response without usage
+// (an upstream error, say) is charged the estimate, as always: here the
+// prompt and the whole output limit.
 func EstimateFromBody() func(*http.Request) int64 { return estimateFromBody }
 
 func estimateFromBody(r *http.Request) int64 {
