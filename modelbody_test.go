@@ -150,6 +150,23 @@ func TestModelFromBodyAmbiguous(t *testing.T) {
 	}
 }
 
+// A body declared larger than MaxModelBody is ambiguous when its first
+// MaxModelBody bytes are; a chunked one that large names no model.
+func TestModelFromBodyAmbiguousLarge(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"model":"gpt-4o-mini","Model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", llmrate.MaxModelBody) + `"}]}`)
+	r := bodyRequest("/v1/chat/completions", body, false, 64<<10)
+	_, err := llmrate.ModelFromBody()(r)
+	assert.ErrorIs(t, err, llmrate.ErrAmbiguousModel)
+	r = bodyRequest("/v1/chat/completions", body, true, 64<<10)
+	m, err := llmrate.ModelFromBody()(r)
+	assert.NoError(t, err)
+	assert.Equal(t, "", m)
+	rest, err := io.ReadAll(r.Body)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(body, rest))
+}
+
 // Through the middleware: a case variant is held to its model's limit; an
 // ambiguous body gets the OpenAI-shaped 400 invalid_model and reaches
 // neither the upstream nor a bucket.
