@@ -1,6 +1,7 @@
 package llmrate
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/llmrate/llmrate/usage"
@@ -31,5 +32,27 @@ func TestChargedUsage(t *testing.T) {
 		got := chargedUsage(c.res, 77, c.cut)
 		assert.Equal(t, c.want, got, c.name)
 		assert.Equal(t, c.res.Charge(77, c.cut), got.Total(), "%s: the default cost is the default charge", c.name)
+	}
+}
+
+// New recognises ModelFromBody with EstimateFromBody, to scan a body once
+// for both, and nothing else.
+func TestPrimeBody(t *testing.T) {
+	wrapped := func(r *http.Request) (string, error) { return ModelFromBody()(r) }
+	for _, c := range []struct {
+		opts []Option
+		want bool
+	}{
+		{[]Option{WithModel(ModelFromBody()), WithEstimator(EstimateFromBody()), WithCalibration()}, true},
+		{[]Option{WithModel(ModelFromBody()), WithCalibration()}, false},
+		{[]Option{WithEstimator(EstimateFromBody())}, false},
+		{[]Option{WithModel(wrapped), WithEstimator(EstimateFromBody()), WithCalibration()}, false},
+		{[]Option{WithModel(ModelFromBody()), WithEstimator(EstimateTokens), WithCalibration()}, false},
+	} {
+		l, err := New(c.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assert.Equal(t, c.want, l.primeBody)
 	}
 }
