@@ -64,6 +64,9 @@ func newCalibration() *calibration {
 // least 1) of model: ⌈raw × ratio⌉ once the model has enough samples, raw
 // until then.
 func (c *calibration) scale(model string, raw int64) int64 {
+	if len(model) > calibrationMaxName {
+		return raw // never learned
+	}
 	c.mu.Lock()
 	m := c.models[model]
 	if m == nil || m.n < calibrationMinSamples {

@@ -248,3 +248,17 @@ func TestCalibrationOff(t *testing.T) {
 	}
 	assert.Nil(t, h.lim.Calibration())
 }
+
+// A model name above 256 bytes is neither learned nor scaled.
+func TestCalibrationLongNames(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	h := newHarness(t, reportHandler, llmrate.WithTiers(uniform(calLimits)), llmrate.WithModel(llmrate.Header("X-Model")),
+		llmrate.WithCalibration(), llmrate.WithObserver(rec))
+	long, limit := strings.Repeat("m", 257), strings.Repeat("m", 256)
+	for range 10 {
+		assert.Equal(t, int64(100), calSend(t, h, rec, long, 100, 100, 200))
+		calSend(t, h, rec, limit, 100, 100, 200)
+	}
+	assert.Equal(t, map[string]float64{limit: 3}, h.lim.Calibration())
+}
