@@ -1,10 +1,374 @@
 package llmrate
 
-import "net/http"
+import (
+	"bytes"
+	"net/http"
+	"unicode/utf8"
+)
 
 // EstimateTokens is the default estimator: the declared Content-Length
 // divided by 4, never less than 1. A request with no declared length
 // (chunked, or ContentLength -1) estimates at the floor of 1.
 func EstimateTokens(r *http.Request) int64 {
 	return max(1, r.ContentLength/4)
+}
+
+// EstimateFromBody returns an estimator for WithEstimator that reads the
+// prompt and the output limit from the JSON request body: ⌈T / 4⌉ + M,
+// at least 1, where
+//
+//   - T is the bytes of the prompt's text, as decoded UTF-8 (escapes
+//     resolved, invalid bytes as U+FFFD, as encoding/json decodes them): the
+//     string values of chat and Anthropic "messages"[].content (a string,
+//     or its parts' "text"), Anthropic "system" (a string, or its blocks'
+//     "text"), Responses "instructions" (a string) and "input" (a string,
+//     or its items' content as for messages), legacy "prompt" (a string, or
+//     the strings of an array), Gemini "systemInstruction".parts[].text and
+//     "contents"[].parts[].text;
+//   - M is the output the request may generate: the largest of
+//     "max_tokens", "max_completion_tokens", "max_output_tokens" and
+//     "generationConfig"."maxOutputTokens" that is a valid non-negative
+//     integer (a JSON number without fraction or exponent, within int64);
+//     0 when none is.
+//
+// Member names match exactly (case included); of duplicate members the
+// last one counts, as encoding/json decodes them.
+//
+// The body is read ahead as ModelFromBody reads it, and once for both when
+// both are configured: at most the first MaxModelBody bytes, not consumed
+// (the next handler still reads every byte, with the request's
+// Content-Length). A body that is not one valid JSON object within its
+// first MaxModelBody bytes (a larger body, one that fails to read, or
+// none) is estimated as EstimateTokens estimates it: Content-Length / 4,
+// at least 1. The reconcile corrects the estimate, as always.
+//
+// A request naming a large output limit is debited that much at
+// admission: it is refused when a bucket cannot hold it (NeverFits when
+// the limit exceeds a whole bucket), where the default estimate would have
+// admitted it and charged its usage afterwards. A response without usage
+// (an upstream error, say) is charged the estimate, as always: here the
+// prompt and the whole output limit.
+func EstimateFromBody() func(*http.Request) int64 { return estimateFromBody }
+
+func estimateFromBody(r *http.Request) int64 {
+	rb := readAheadBody(r)
+	if rb == nil || !rb.whole() {
+		return EstimateTokens(r)
+	}
+	f := rb.facts(true)
+	if !f.complete {
+		return EstimateTokens(r)
+	}
+	return f.estimate()
+}
+
+// estimate is ⌈text / 4⌉ plus the largest output limit, at least 1,
+// saturating at the int64 maximum.
+func (f *bodyFacts) estimate() int64 {
+	var text, out int64
+	for _, n := range f.text {
+		text += n // each is at most 3 × MaxModelBody
+	}
+	for _, n := range f.out {
+		out = max(out, n)
+	}
+	est := (text + 3) / 4
+	if est > 1<<63-1-out {
+		return 1<<63 - 1
+	}
+	return max(1, est+out)
+}
+
+// The top-level members the estimate counts: text members, and output
+// limits.
+const (
+	memMessages = iota
+	memInput
+	memSystem
+	memInstructions
+	memPrompt
+	memContents
+	memSystemInstruction
+	numTextMembers
+)
+
+const (
+	memMaxTokens = iota
+	memMaxCompletionTokens
+	memMaxOutputTokens
+	memGenerationConfig
+	numOutMembers
+)
+
+// memberName is the JSON name of each member the estimate counts.
+func memberName(m int, text bool) string {
+	if text {
+		switch m {
+		case memMessages:
+			return "messages"
+		case memInput:
+			return "input"
+		case memSystem:
+			return "system"
+		case memInstructions:
+			return "instructions"
+		case memPrompt:
+			return "prompt"
+		case memContents:
+			return "contents"
+		case memSystemInstruction:
+			return "systemInstruction"
+		}
+		return ""
+	}
+	switch m {
+	case memMaxTokens:
+		return "max_tokens"
+	case memMaxCompletionTokens:
+		return "max_completion_tokens"
+	case memMaxOutputTokens:
+		return "max_output_tokens"
+	case memGenerationConfig:
+		return "generationConfig"
+	}
+	return ""
+}
+
+// estimateMember scans the value at b[i] of the top-level member named k
+// (its JSON text) and records what it counts; end is where the value ends.
+func (f *bodyFacts) estimateMember(b, k []byte, i int) (end int, ok bool) {
+	for m := range numTextMembers {
+		if nameIs(k, memberName(m, true), false) {
+			var fn valueFunc
+			switch m {
+			case memMessages, memInput:
+				fn = itemsText
+			case memSystem:
+				fn = partsText
+			case memPrompt:
+				fn = promptText
+			case memContents:
+				fn = contentsText
+			case memSystemInstruction:
+				fn = geminiContentText
+			default: // memInstructions
+				fn = stringText
+			}
+			end, f.text[m], ok = fn(b, i, 1)
+			return end, ok
+		}
+	}
+	for m := range numOutMembers {
+		if nameIs(k, memberName(m, false), false) {
+			fn := intValue
+			if m == memGenerationConfig {
+				fn = generationConfigOut
+			}
+			end, f.out[m], ok = fn(b, i, 1)
+			return end, ok
+		}
+	}
+	return skipValue(b, i, 1)
+}
+
+// A valueFunc scans the JSON value at b[i], a member or element of a
+// container at depth, validating it as skipValue does, and returns where it
+// ends, what it counts and whether it is valid and complete.
+type valueFunc func(b []byte, i, depth int) (end int, n int64, ok bool)
+
+// stringText counts a string's decoded bytes; any other value counts 0.
+func stringText(b []byte, i, depth int) (int, int64, bool) {
+	if i >= len(b) || b[i] != '"' {
+		end, ok := skipValue(b, i, depth)
+		return end, 0, ok
+	}
+	end, ok := skipString(b, i)
+	if !ok {
+		return end, 0, false
+	}
+	return end, decodedLen(b[i+1 : end-1]), true
+}
+
+// partsText counts a string, or the "text" strings of an array's objects
+// (chat content parts, Anthropic blocks, Gemini parts).
+func partsText(b []byte, i, depth int) (int, int64, bool) {
+	if i < len(b) && b[i] == '[' {
+		return sumArray(b, i, depth, partText)
+	}
+	return stringText(b, i, depth)
+}
+
+func partText(b []byte, i, depth int) (int, int64, bool) {
+	return lastMember(b, i, depth, "text", stringText, 0)
+}
+
+// itemsText counts a string, or the content of an array's objects (chat
+// and Anthropic messages, Responses input items) as partsText counts it.
+func itemsText(b []byte, i, depth int) (int, int64, bool) {
+	if i < len(b) && b[i] == '[' {
+		return sumArray(b, i, depth, itemText)
+	}
+	return stringText(b, i, depth)
+}
+
+func itemText(b []byte, i, depth int) (int, int64, bool) {
+	return lastMember(b, i, depth, "content", partsText, 0)
+}
+
+// promptText counts a string, or the strings of an array (legacy prompt).
+func promptText(b []byte, i, depth int) (int, int64, bool) {
+	if i < len(b) && b[i] == '[' {
+		return sumArray(b, i, depth, stringText)
+	}
+	return stringText(b, i, depth)
+}
+
+// contentsText counts Gemini contents: an array of objects whose "parts"
+// count as partsText counts them.
+func contentsText(b []byte, i, depth int) (int, int64, bool) {
+	if i < len(b) && b[i] == '[' {
+		return sumArray(b, i, depth, geminiContentText)
+	}
+	end, ok := skipValue(b, i, depth)
+	return end, 0, ok
+}
+
+func geminiContentText(b []byte, i, depth int) (int, int64, bool) {
+	return lastMember(b, i, depth, "parts", partsText, 0)
+}
+
+// generationConfigOut is Gemini's generationConfig.maxOutputTokens, -1 when
+// absent or invalid.
+func generationConfigOut(b []byte, i, depth int) (int, int64, bool) {
+	return lastMember(b, i, depth, "maxOutputTokens", intValue, -1)
+}
+
+// intValue is a JSON number without fraction or exponent, in [0, 2⁶³-1];
+// anything else counts -1 ("-0" is 0, as strconv.ParseInt reads it).
+func intValue(b []byte, i, depth int) (int, int64, bool) {
+	end, ok := skipValue(b, i, depth)
+	if !ok {
+		return end, -1, false
+	}
+	d := b[i:end]
+	neg := d[0] == '-'
+	if neg {
+		d = d[1:]
+	}
+	if len(d) == 0 || d[0] < '0' || d[0] > '9' || len(d) > 19 {
+		return end, -1, true
+	}
+	var n uint64
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return end, -1, true // a fraction or an exponent
+		}
+		n = n*10 + uint64(c-'0') // 19 digits fit in a uint64
+	}
+	switch {
+	case n > 1<<63-1:
+		return end, -1, true
+	case neg && n != 0:
+		return end, -1, true
+	}
+	return end, int64(n), true
+}
+
+// sumArray sums fn over the elements of the array at b[i].
+func sumArray(b []byte, i, depth int, fn valueFunc) (int, int64, bool) {
+	if depth++; depth > maxModelDepth {
+		return i, 0, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, 0, true
+	}
+	var sum int64
+	for {
+		end, n, ok := fn(b, i, depth)
+		if !ok {
+			return end, 0, false
+		}
+		sum += n // at most 3 × MaxModelBody in all
+		var more bool
+		if i, more, ok = afterElement(b, end, ']'); !ok || !more {
+			return i, sum, ok
+		}
+	}
+}
+
+// lastMember returns what fn counts of the last member named name of the
+// object at b[i]: none when there is no such member, or b[i] is not an
+// object.
+func lastMember(b []byte, i, depth int, name string, fn valueFunc, none int64) (int, int64, bool) {
+	if i >= len(b) || b[i] != '{' {
+		end, ok := skipValue(b, i, depth)
+		return end, none, ok
+	}
+	if depth++; depth > maxModelDepth {
+		return i, none, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, none, true
+	}
+	n := none
+	for {
+		kEnd, v, ok := skipMemberName(b, i)
+		if !ok {
+			return v, none, false
+		}
+		var end int
+		if nameIs(b[i:kEnd], name, false) {
+			end, n, ok = fn(b, v, depth)
+		} else {
+			end, ok = skipValue(b, v, depth)
+		}
+		if !ok {
+			return end, none, false
+		}
+		var more bool
+		if i, more, ok = afterElement(b, end, '}'); !ok || !more {
+			return i, n, ok
+		}
+	}
+}
+
+// decodedLen returns the length of a valid JSON string's content s once
+// decoded as encoding/json decodes it: escapes resolved (a lone surrogate
+// as U+FFFD), each byte of invalid UTF-8 as U+FFFD (3 bytes).
+func decodedLen(s []byte) int64 {
+	var n int64
+	for {
+		j := bytes.IndexByte(s, '\\')
+		run := s
+		if j >= 0 {
+			run = s[:j]
+		}
+		n += utf8Len(run)
+		if j < 0 {
+			return n
+		}
+		r, w := unescape(s[j:])
+		n += int64(utf8.RuneLen(r))
+		s = s[j+w:]
+	}
+}
+
+// utf8Len is the length of s with each invalid byte replaced by U+FFFD.
+func utf8Len(s []byte) int64 {
+	if utf8.Valid(s) {
+		return int64(len(s))
+	}
+	var n int64
+	for len(s) > 0 {
+		_, size := utf8.DecodeRune(s)
+		if size == 1 && s[0] >= utf8.RuneSelf {
+			n += 3
+		} else {
+			n += int64(size)
+		}
+		s = s[size:]
+	}
+	return n
 }

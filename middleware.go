@@ -29,6 +29,9 @@ type Limiter struct {
 	undecoded      atomic.Int64
 	usageShown     atomic.Int64 // WithStreamUsage: usage chunks an encoded stream showed the client
 
+	calib     *calibration // WithCalibration; nil: off
+	primeBody bool         // ModelFromBody and EstimateFromBody: one scan for both
+
 	calls     *storeCaller    // the store, when it is not the memory store
 	rq        *reconcileQueue // nil: reconciles run on the request's goroutine
 	closeOnce sync.Once
@@ -45,6 +48,10 @@ func New(opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{cfg: c, log: c.logger, models: c.models, solo: c.workspace == nil && c.keyTiers == nil}
+	if c.calibrate {
+		l.calib = newCalibration()
+	}
+	l.primeBody = sameFunc(c.model, modelFromBody) && sameFunc(c.estimator, estimateFromBody)
 	l.debug = c.logger.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
 		return zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
 	}))
@@ -104,7 +111,8 @@ type admission struct {
 	key, ws string
 	tier    Tier
 	kl, wl  Limits
-	est     int64
+	est     int64 // debited: the estimator's, at least 1, scaled by WithCalibration
+	raw     int64 // the estimator's, at least 1, before scaling
 	now     time.Time
 	d       Decision
 	// Policies (model.go, override.go): the request's model, the
@@ -206,7 +214,11 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 			return false
 		}
 	}
-	a.est = max(1, c.estimator(r))
+	a.raw = max(1, c.estimator(r))
+	a.est = a.raw
+	if l.calib != nil {
+		a.est = l.calib.scale(a.model, a.raw)
+	}
 	a.now = c.clock()
 	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, Solo: l.solo, Now: a.now}
 	var err error
@@ -266,7 +278,8 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	t.endBody()
 	res := t.scanned()
 	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || res.Cut()
-	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: res.Charge(a.est, cut), Cut: cut, GeneratedBytes: res.GeneratedBytes,
+	actual, charged := l.charge(a, res, cut)
+	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: actual, Cut: cut, GeneratedBytes: res.GeneratedBytes,
 		Undecoded: res.DecodeErr, Exception: res.Exception}
 	if ev.Undecoded != nil {
 		l.undecoded.Add(1)
@@ -281,6 +294,9 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		ev.Kind, ev.Reported = ReconcilePartial, res.Usage
 	default:
 		ev.Kind = ReconcileEstimated
+	}
+	if l.calib != nil && charged && ev.Kind == ReconcileUsage {
+		l.calib.record(a.model, a.raw, ev.Actual)
 	}
 	t.sendTrailers(ev.Actual)
 	if ev.Actual != a.est {

@@ -24,8 +24,8 @@ import (
 type ModelLimits map[string]TierTable
 
 // WithModel sets where a request's model name comes from, e.g.
-// ModelFromBody(), for WithModelLimits (without model limits it is never
-// called). Default: none (every request spends the default buckets). An
+// ModelFromBody(), for WithModelLimits, WithTokenCost and WithCalibration
+// (without any of them it is never called). Default: none (every request spends the default buckets). An
 // empty name means the request names no model. An error from e refuses the
 // request with 400 (code "invalid_model"), as bad client input; an
 // extractor for which "no model" is not an error returns "", nil. A panic
@@ -127,11 +127,12 @@ func (t *modelTable) match(model string) (name string, tt TierTable, ok bool) {
 	return "", TierTable{}, false
 }
 
-// identifyModel reads the request's model when WithModel is set. A non-zero
+// identifyModel reads the request's model when WithModel is set and model
+// limits, a token cost or calibration use it. A non-zero
 // status refuses the request as bad client input; fault is set when the
 // extractor panicked (the request then fails open).
 func (l *Limiter) identifyModel(r *http.Request, a *admission) (status int, code, msg string, fault error) {
-	if l.models == nil {
+	if l.cfg.model == nil || l.models == nil && l.cfg.cost == nil && l.calib == nil {
 		return 0, "", "", nil
 	}
 	defer func() {
@@ -139,7 +140,15 @@ func (l *Limiter) identifyModel(r *http.Request, a *admission) (status int, code
 			status, fault = 0, &PanicError{Where: "model extractor", Value: p}
 		}
 	}()
+	if l.primeBody {
+		if rb := readAheadBody(r); rb != nil && rb.whole() {
+			rb.facts(true) // one scan for the model and the estimate
+		}
+	}
 	m, err := l.cfg.model(r)
+	if errors.Is(err, ErrAmbiguousModel) {
+		return http.StatusBadRequest, "invalid_model", "The request names its model more than once, with different values.", nil
+	}
 	if err != nil {
 		return http.StatusBadRequest, "invalid_model", "The request's model could not be read.", nil
 	}

@@ -3,9 +3,11 @@ package llmrate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/llmrate/llmrate/internal/jsonrun"
@@ -20,29 +22,45 @@ const MaxModelBody = 1 << 20
 // (OpenAI, Anthropic, Mistral, …), else, for Gemini-style paths
 // (/v1beta/models/gemini-2.5-flash:streamGenerateContent), the path segment
 // after "models/" up to ":" (a segment without ":", as in OpenAI's
-// /v1/models/gpt-4o, names none). It never returns an error: a request that
-// names no model this way gives "".
+// /v1/models/gpt-4o, names none). A request that names no model this way
+// gives "", nil.
+//
+// Member names match as a Go upstream decoding the body into a struct
+// matches them: case-insensitively, so {"Model":"gpt-4o"} names gpt-4o. A
+// body whose top-level members name the model more than once with
+// different values (names compared case-insensitively, values exactly:
+// strings as decoded, anything else as written; exact-case duplicates
+// included, since parsers differ on whether the first or the last wins) is
+// ambiguous: ModelFromBody returns ErrAmbiguousModel, which the middleware
+// answers 400 "invalid_model". Repeats of one value, in any case, name that
+// model.
 //
 // The body is read ahead, not consumed: the next handler (a
 // httputil.ReverseProxy, say) still reads the whole body, byte for byte,
 // with the request's Content-Length unchanged. At most the first
-// MaxModelBody bytes are read ahead and examined:
+// MaxModelBody bytes are read ahead and examined, once per request however
+// many of ModelFromBody and EstimateFromBody read them:
 //   - a body of at most MaxModelBody bytes gives its model exactly as
-//     encoding/json reads it: the document must be one valid JSON object,
-//     and of duplicate "model" members the last one counts; a nested
-//     "model" never counts; a model that is not a string gives "";
+//     encoding/json reads it: the document must be one valid JSON object; a
+//     nested "model" never counts; a model that is not a string gives "";
 //   - a body with a declared Content-Length above MaxModelBody gives the
-//     last top-level "model" string complete within its first MaxModelBody
-//     bytes (the rest is not read ahead);
+//     top-level "model" string complete within its first MaxModelBody bytes
+//     (the rest is not read ahead), ambiguous as above among those;
 //   - a chunked body (no declared length) longer than MaxModelBody gives "".
 //
 // A body that fails to read gives "" and the next handler sees the same
 // failure after the bytes read before it.
 func ModelFromBody() Extractor { return modelFromBody }
 
+// ErrAmbiguousModel is returned by ModelFromBody for a body whose top-level
+// members name the model more than once with different values (see
+// ModelFromBody). The middleware answers it 400 with code "invalid_model".
+var ErrAmbiguousModel = errors.New("llmrate: the request names its model more than once, with different values")
+
 func modelFromBody(r *http.Request) (string, error) {
-	if m := modelInBody(r); m != "" {
-		return m, nil
+	m, err := modelInBody(r)
+	if err != nil || m != "" {
+		return m, err
 	}
 	if r.URL != nil {
 		return modelInPath(r.URL.Path), nil
@@ -70,9 +88,31 @@ func modelInPath(p string) string {
 }
 
 // modelInBody reads the body ahead (restoring it) and finds its model.
-func modelInBody(r *http.Request) string {
+func modelInBody(r *http.Request) (string, error) {
+	rb := readAheadBody(r)
+	if rb == nil {
+		return "", nil
+	}
+	f := rb.facts(false)
+	switch {
+	case rb.whole() && !f.complete, !rb.whole() && !rb.prefix():
+		return "", nil
+	case f.ambiguous:
+		return "", ErrAmbiguousModel
+	}
+	return modelString(f.model), nil
+}
+
+// readAheadBody returns r's body read ahead: the one an earlier reader of
+// this request (ModelFromBody, EstimateFromBody) left, when nothing has been
+// replayed from it yet, else a new one that replaces r.Body. nil: r has no
+// body.
+func readAheadBody(r *http.Request) *replayBody {
+	if rb, ok := r.Body.(*replayBody); ok && len(rb.head) == len(rb.ahead) {
+		return rb
+	}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return ""
+		return nil
 	}
 	declaredLarge := r.ContentLength > MaxModelBody
 	want := MaxModelBody + 1 // one more byte tells a body at the bound from a larger one
@@ -84,19 +124,16 @@ func modelInBody(r *http.Request) string {
 		size = int(r.ContentLength) + 1 // room to see the end without growing
 	}
 	buf, err := readAhead(r.Body, make([]byte, 0, min(size, 64<<10)), want)
-	replay(r, buf, err)
-	switch {
-	case err == io.EOF && len(buf) <= MaxModelBody:
-		v, complete := scanTopModel(buf)
-		if !complete {
-			return ""
-		}
-		return modelString(v)
-	case declaredLarge && err == nil:
-		v, _ := scanTopModel(buf)
-		return modelString(v)
+	rb := &replayBody{head: buf, ahead: buf, end: err, declaredLarge: declaredLarge, Closer: r.Body}
+	switch err {
+	case nil:
+		rb.rest = r.Body
+	case io.EOF:
+	default:
+		rb.rest = errReader{err}
 	}
-	return ""
+	r.Body = rb
+	return rb
 }
 
 // readAhead reads from body into buf until want bytes, the end (err is
@@ -116,26 +153,41 @@ func readAhead(body io.Reader, buf []byte, want int) ([]byte, error) {
 	return buf, nil
 }
 
-// replay puts the bytes read ahead back in front of what is left of the
-// body; Close still closes the original body.
-func replay(r *http.Request, buf []byte, err error) {
-	orig := r.Body
-	var rest io.Reader = orig
-	switch err {
-	case nil:
-	case io.EOF:
-		rest = nil
-	default:
-		rest = errReader{err}
-	}
-	r.Body = &replayBody{head: buf, rest: rest, Closer: orig}
-}
-
-// replayBody is a request body whose first bytes were read ahead.
+// replayBody is a request body whose first bytes were read ahead: it
+// replays them in front of what is left of the body; Close still closes the
+// original body. It keeps what the body readers of the request found in
+// them, so that the body is read ahead, and scanned, once.
 type replayBody struct {
 	head []byte    // read ahead, not yet replayed
 	rest io.Reader // nil: the body had ended
 	io.Closer
+
+	ahead         []byte // every byte read ahead (head before any replay)
+	end           error  // how the read-ahead stopped: nil (want bytes read), io.EOF or the read error
+	declaredLarge bool   // a declared Content-Length above MaxModelBody
+	scanned       int8   // 0: not scanned; 1: for the model; 2: for the estimate too
+	f             bodyFacts
+}
+
+// whole reports whether ahead is the whole body, within MaxModelBody.
+func (b *replayBody) whole() bool { return b.end == io.EOF && len(b.ahead) <= MaxModelBody }
+
+// prefix reports whether ahead is the first MaxModelBody bytes of a larger
+// declared body (read without error).
+func (b *replayBody) prefix() bool { return b.declaredLarge && b.end == nil }
+
+// facts scans the bytes read ahead, once: for the model, and for the
+// estimate too when estimate is set (a scan for both serves either).
+func (b *replayBody) facts(estimate bool) *bodyFacts {
+	want := int8(1)
+	if estimate {
+		want = 2
+	}
+	if b.scanned < want {
+		b.f = scanBody(b.ahead, estimate)
+		b.scanned = want
+	}
+	return &b.f
 }
 
 func (b *replayBody) Read(p []byte) (int, error) {
@@ -175,52 +227,182 @@ func modelString(v []byte) string {
 	return s
 }
 
-// scanTopModel returns the JSON text of the value of the last top-level
-// member named "model" in b, and whether b is exactly one valid JSON object
-// (as encoding/json judges validity: same grammar, same nesting limit). On
-// a prefix of a document (complete false) v is the last such member seen
-// complete before the scan stopped. Nested members are validated and
-// skipped, never matched.
-func scanTopModel(b []byte) (v []byte, complete bool) {
+// sameModel reports whether two model values (valid JSON texts) are the
+// same value: strings as decoded, anything else as written.
+func sameModel(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	if a[0] != '"' || b[0] != '"' {
+		return false
+	}
+	return modelString(a) == modelString(b)
+}
+
+// bodyFacts is what one scan of a request body's first bytes found.
+type bodyFacts struct {
+	// model is the JSON text of the last top-level member named "model"
+	// (case-insensitively) seen complete; nil: none.
+	model []byte
+	// ambiguous: two such members have different values.
+	ambiguous bool
+	// complete: the bytes are exactly one valid JSON object (as
+	// encoding/json judges validity: same grammar, same nesting limit).
+	complete bool
+	// For the estimate (estimate.go), per top-level member, the last one's:
+	text [numTextMembers]int64 // decoded UTF-8 bytes of prompt text
+	out  [numOutMembers]int64  // output limit; -1: absent or not a valid non-negative integer
+}
+
+func (f *bodyFacts) noteModel(v []byte) {
+	if f.model != nil && !sameModel(f.model, v) {
+		f.ambiguous = true
+	}
+	f.model = v
+}
+
+// scanBody scans b, a JSON request body or its first bytes: its top-level
+// model members, its validity and, when estimate is set, the members
+// EstimateFromBody counts. On a prefix of a document (complete false) the
+// facts are those of the members seen complete before the scan stopped.
+// Nested members are validated and skipped, never matched as the model.
+func scanBody(b []byte, estimate bool) (f bodyFacts) {
+	for k := range f.out {
+		f.out[k] = -1
+	}
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return nil, false
+		return f
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return nil, skipSpace(b, i+1) == len(b)
+		f.complete = skipSpace(b, i+1) == len(b)
+		return f
 	}
 	for {
 		kEnd, vStart, ok := skipMemberName(b, i)
 		if !ok {
-			return v, false
+			return f
 		}
-		vEnd, ok := skipValue(b, vStart, 1)
+		var vEnd int
+		switch k := b[i:kEnd]; {
+		case isModelKey(k):
+			if vEnd, ok = skipValue(b, vStart, 1); ok {
+				f.noteModel(b[vStart:vEnd])
+			}
+		case estimate:
+			vEnd, ok = f.estimateMember(b, k, vStart)
+		default:
+			vEnd, ok = skipValue(b, vStart, 1)
+		}
 		if !ok {
-			return v, false
-		}
-		if isModelKey(b[i:kEnd]) {
-			v = b[vStart:vEnd]
+			return f
 		}
 		var more bool
 		if i, more, ok = afterElement(b, vEnd, '}'); !ok {
-			return v, false
+			return f
 		} else if !more {
-			return v, skipSpace(b, i) == len(b)
+			f.complete = skipSpace(b, i) == len(b)
+			return f
 		}
 	}
 }
 
-// isModelKey reports whether a member name's JSON text decodes to "model".
-func isModelKey(k []byte) bool {
-	if string(k) == `"model"` {
+// isModelKey reports whether a member name's JSON text decodes to "model"
+// in any case (no other rune folds to one of its letters).
+func isModelKey(k []byte) bool { return nameIs(k, "model", true) }
+
+// nameIs reports whether the JSON string k (quotes included, valid)
+// decodes to want, an ASCII lower-case name when fold is set (then k
+// matches in any ASCII case). It never allocates.
+func nameIs(k []byte, want string, fold bool) bool {
+	s := k[1 : len(k)-1]
+	if len(s) == len(want) && bytes.IndexByte(s, '\\') < 0 {
+		if !fold {
+			return string(s) == want
+		}
+		for i := range len(s) {
+			if c := s[i] | 0x20; c != want[i] || c < 'a' || c > 'z' {
+				return false
+			}
+		}
 		return true
 	}
-	if bytes.IndexByte(k, '\\') < 0 || len(k) > 32 {
-		return false // "model" written with every letter escaped is 32 bytes
+	if len(s) > 6*len(want) || bytes.IndexByte(s, '\\') < 0 {
+		return false // six bytes at most per escaped letter
 	}
-	var s string
-	return json.Unmarshal(k, &s) == nil && s == "model"
+	j := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c == '\\' {
+			r, n := unescape(s[i:])
+			if r >= utf8.RuneSelf {
+				return false
+			}
+			c, i = byte(r), i+n
+		} else {
+			i++
+		}
+		if fold && c >= 'A' && c <= 'Z' {
+			c |= 0x20
+		}
+		if j >= len(want) || c != want[j] {
+			return false
+		}
+		j++
+	}
+	return j == len(want)
+}
+
+// unescape decodes the escape at the start of s (a valid JSON string's
+// content, s[0] a backslash) as encoding/json does: a surrogate pair is one
+// rune, a lone surrogate U+FFFD. n is the escape's length.
+func unescape(s []byte) (r rune, n int) {
+	switch s[1] {
+	case 'b':
+		return '\b', 2
+	case 'f':
+		return '\f', 2
+	case 'n':
+		return '\n', 2
+	case 'r':
+		return '\r', 2
+	case 't':
+		return '\t', 2
+	case 'u':
+	default: // '"', '\\', '/'
+		return rune(s[1]), 2
+	}
+	r = hex4(s[2:6])
+	if !utf16.IsSurrogate(r) {
+		return r, 6
+	}
+	if len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
+		if d := utf16.DecodeRune(r, hex4(s[8:12])); d != utf8.RuneError {
+			return d, 12
+		}
+	}
+	return utf8.RuneError, 6
+}
+
+// hex4 decodes four hex digits (valid: the string was validated, or a
+// surrogate's partner that is not hex gives a value DecodeRune refuses).
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 func skipSpace(b []byte, i int) int {

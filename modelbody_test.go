@@ -17,18 +17,50 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// refModel is what encoding/json finds: the top-level "model" member of one
-// valid JSON object (the last of duplicates), when it is a string.
-func refModel(body []byte) string {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return ""
+// refModel is what a Go upstream decoding the body into a struct with a
+// Model string field finds, per encoding/json: the top-level members whose
+// names equal "model" case-insensitively, in one valid JSON object. More
+// than one such member with different values (strings compared decoded,
+// other values as written) is ambiguous; else the model is the value when
+// it is a string, "" otherwise.
+func refModel(body []byte) (model string, ambiguous bool) {
+	if !json.Valid(body) {
+		return "", false
 	}
-	var s string
-	if raw, ok := m["model"]; ok && json.Unmarshal(raw, &s) == nil {
-		return s
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false
 	}
-	return ""
+	var vals []json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			panic(err) // json.Valid said it is valid
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			panic(err)
+		}
+		if strings.EqualFold(tok.(string), "model") {
+			vals = append(vals, v)
+		}
+	}
+	if len(vals) == 0 {
+		return "", false
+	}
+	decoded := func(v json.RawMessage) (string, bool) {
+		var s string
+		return s, json.Unmarshal(v, &s) == nil
+	}
+	for _, v := range vals[1:] {
+		a, aStr := decoded(vals[0])
+		b, bStr := decoded(v)
+		if aStr && bStr && a != b || aStr != bStr || !aStr && !bytes.Equal(vals[0], v) {
+			return "", true
+		}
+	}
+	s, _ := decoded(vals[len(vals)-1])
+	return s, false
 }
 
 // chunky reads at most n bytes per call, as a network body does.
@@ -55,11 +87,16 @@ func TestModelFromBody(t *testing.T) {
 		{"openai", "/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "gpt-4o"},
 		{"model last", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}], "model" : "gpt-4o-mini"}`, "gpt-4o-mini"},
 		{"nested only", "/v1/chat/completions", `{"messages":[{"model":"gpt-4o"}],"metadata":{"model":"x"}}`, ""},
-		{"duplicate: last wins", "/v1/messages", `{"model":"a","model":"claude-3-5-haiku"}`, "claude-3-5-haiku"},
+		{"duplicate, same value", "/v1/messages", `{"model":"claude-3-5-haiku","model":"claude-3-5-haiku"}`, "claude-3-5-haiku"},
+		{"case variants, same decoded value", "/v1/messages", `{"model":"gpt\u002d4o","MODEL":"gpt-4o","mOdEl":"gpt-4o"}`, "gpt-4o"},
+		{"escaped capital", "/v1/messages", `{"\u004Dodel":"gpt-4o"}`, "gpt-4o"},
+		{"case variant, not a string", "/v1/chat/completions", `{"Model":1}`, ""},
+		{"nested case variants", "/v1/chat/completions", `{"messages":[{"Model":"x","model":"y"}],"model":"gpt-4o"}`, "gpt-4o"},
+		{"ambiguous but not JSON", "/v1/chat/completions", `{"model":"a","Model":"b"`, ""},
 		{"escaped", "/v1/messages", `{"m\u006fdel":"gpt\u002d4o"}`, "gpt-4o"},
 		{"not a string", "/v1/chat/completions", `{"model":4}`, ""},
 		{"null", "/v1/chat/completions", `{"model":null}`, ""},
-		{"case matters", "/v1/chat/completions", `{"Model":"gpt-4o"}`, ""},
+		{"case-insensitive, as a Go struct reads it", "/v1/chat/completions", `{"Model":"gpt-4o"}`, "gpt-4o"},
 		{"not JSON", "/v1/chat/completions", `model=gpt-4o`, ""},
 		{"truncated", "/v1/chat/completions", `{"model":"gpt-4o","messages":[`, ""},
 		{"trailing garbage", "/v1/chat/completions", `{"model":"gpt-4o"} x`, ""},
@@ -83,6 +120,84 @@ func TestModelFromBody(t *testing.T) {
 			assert.Equal(t, c.body, string(rest), "the body is still whole: %s", c.name)
 		}
 	}
+}
+
+// A body whose top-level members name the model more than once with
+// different values is an error (the middleware's 400 invalid_model):
+// parsers differ on which one wins, so the model the limiter charges may not
+// be the one the upstream runs.
+func TestModelFromBodyAmbiguous(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"model":"gpt-4o-mini","MODEL":"gpt-4o"}`,
+		`{"model":"a","model":"claude-3-5-haiku"}`,
+		`{"Model":"gpt-4o","messages":[],"model":"gpt-4o-mini"}`,
+		`{"model":null,"Model":"gpt-4o"}`,
+		`{"model":"gpt-4o","mode\u006C":"gpt-4o ","x":1}`,
+		`{"model":1,"model":1.0}`,
+	} {
+		_, ambiguous := refModel([]byte(body))
+		require.True(t, ambiguous, "the reference finds %s ambiguous", body)
+		for _, chunked := range []bool{false, true} {
+			r := bodyRequest("/v1/chat/completions", []byte(body), chunked, 5)
+			got, err := llmrate.ModelFromBody()(r)
+			assert.ErrorIs(t, err, llmrate.ErrAmbiguousModel, "ModelFromBody(%s)", body)
+			assert.Equal(t, "", got)
+			rest, err := io.ReadAll(r.Body)
+			require.NoError(t, err)
+			assert.Equal(t, body, string(rest), "the body is still whole")
+		}
+	}
+}
+
+// A body declared larger than MaxModelBody is ambiguous when its first
+// MaxModelBody bytes are; a chunked one that large names no model.
+func TestModelFromBodyAmbiguousLarge(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"model":"gpt-4o-mini","Model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", llmrate.MaxModelBody) + `"}]}`)
+	r := bodyRequest("/v1/chat/completions", body, false, 64<<10)
+	_, err := llmrate.ModelFromBody()(r)
+	assert.ErrorIs(t, err, llmrate.ErrAmbiguousModel)
+	r = bodyRequest("/v1/chat/completions", body, true, 64<<10)
+	m, err := llmrate.ModelFromBody()(r)
+	assert.NoError(t, err)
+	assert.Equal(t, "", m)
+	rest, err := io.ReadAll(r.Body)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(body, rest))
+}
+
+// Through the middleware: a case variant is held to its model's limit; an
+// ambiguous body gets the OpenAI-shaped 400 invalid_model and reaches
+// neither the upstream nor a bucket.
+func TestModelFromBodyMiddleware(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	reached := 0
+	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached++ }),
+		llmrate.WithModel(llmrate.ModelFromBody()),
+		llmrate.WithModelLimits(llmrate.ModelLimits{"gpt-4o": uniform(llmrate.Limits{RequestsPerMinute: 5, TokensPerMinute: 100_000})}),
+		llmrate.WithObserver(rec))
+	send := func(body string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer sk-case")
+		w := httptest.NewRecorder()
+		h.h.ServeHTTP(w, r)
+		return w
+	}
+	w := send(`{"Model":"gpt-4o"}`)
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Len(t, rec.decisions, 1)
+	assert.Equal(t, "gpt-4o", rec.decisions[0].Model, "the case variant spends gpt-4o's buckets")
+
+	w = send(`{"model":"gpt-4o-mini","MODEL":"gpt-4o"}`)
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	e := decodeErr(t, w)
+	assert.Equal(t, "invalid_model", e.Error.Code)
+	assert.Equal(t, "invalid_request_error", e.Error.Type)
+	assert.Contains(t, e.Error.Message, "more than once")
+	assert.Equal(t, 1, reached, "the ambiguous request never reached the upstream")
+	assert.Len(t, rec.decisions, 1, "nor a bucket")
 }
 
 func TestModelFromBodyLarge(t *testing.T) {
@@ -196,6 +311,8 @@ func FuzzModelFromBody(f *testing.F) {
 		`{"model":"\xff\xfe"}`,
 		`{"model":1e400,"x":[[[[{}]]]]}`,
 		`{"model":"gpt-4o"} `,
+		`{"Model":"a","MODEL":"a","mode\u006c":"b"}`,
+		`{"MoDeL":"x","messages":[{"Model":"y"}]}`,
 		`{"model":"gpt-4o"}}`,
 		`{"a":-0.5e+3,"b":[true,false,null],"model":""}`,
 		`{"model" "x"}`,
@@ -208,12 +325,13 @@ func FuzzModelFromBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, chunked bool, step uint8) {
 		r := bodyRequest("/v1/chat/completions", body, chunked, int(step)+1)
 		got, err := llmrate.ModelFromBody()(r)
-		if err != nil {
+		if err != nil && !errors.Is(err, llmrate.ErrAmbiguousModel) {
 			t.Fatalf("ModelFromBody(%q): error %v", body, err)
 		}
 		if len(body) <= llmrate.MaxModelBody {
-			if want := refModel(body); got != want {
-				t.Fatalf("ModelFromBody(%q) = %q, encoding/json finds %q", body, got, want)
+			want, ambiguous := refModel(body)
+			if ambiguous != (err != nil) || got != want {
+				t.Fatalf("ModelFromBody(%q) = %q, %v; encoding/json finds %q (ambiguous: %v)", body, got, err, want, ambiguous)
 			}
 		}
 		rest, err := io.ReadAll(r.Body)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/llmrate/llmrate/usage"
 	"go.uber.org/zap"
 )
 
@@ -45,6 +46,10 @@ type config struct {
 	shadow      bool
 	errs        []error
 	nilOptions  int
+
+	// What a request costs (cost.go, calibration.go).
+	cost      func(model string, u usage.Usage) int64
+	calibrate bool
 
 	maxStoreCalls     int
 	reconcileQueue    int
@@ -144,6 +149,56 @@ func WithEstimator(f func(*http.Request) int64) Option {
 		}
 		c.estimator = f
 	})
+}
+
+// WithTokenCost sets what a response is charged, in tokens, from its
+// usage: cost(model, u), where model is the request's model as the WithModel
+// extractor reads it ("" without WithModel; the extractor then runs on
+// every request, model limits or not) and u the usage the charge is made
+// of. The default charge is u.InputTokens + u.OutputTokens.
+//
+// For a response with final usage, u is that usage, its breakdown fields
+// (CachedInputTokens, CacheWriteTokens, ReasoningTokens) included. For
+// partial and estimated charges (see ReconcileEvent) u is what the default
+// rule adds up: InputTokens the reported input, else the estimate;
+// OutputTokens the larger of the reported output and the generated text's
+// bytes ÷ 4; the breakdown fields the reported ones when input was
+// reported, else 0.
+//
+// A negative result counts as 0. ReconcileEvent.Actual is the charge
+// cost returned (the store still bounds it at twice the bucket's capacity,
+// as any charge). A panic in cost is a limiter fault: the admission's
+// estimate stands, counted by FailOpens and logged. cost runs on the
+// request's goroutine after the handler returns, for every admitted
+// request: it must be fast and safe for concurrent use. nil is an error.
+func WithTokenCost(cost func(model string, u usage.Usage) int64) Option {
+	return optionFunc(func(c *config) {
+		if cost == nil {
+			c.fail("WithTokenCost", errNil)
+		}
+		c.cost = cost
+	})
+}
+
+// WithCalibration scales each admission estimate by what the estimator has
+// been getting wrong, per model: the ratio of the charge
+// (ReconcileEvent.Actual) to the raw estimate (the estimator's, at least 1,
+// before scaling) over the model's most recent reconciles with final usage
+// (ReconcileUsage; up to 64). Once a model has 8 of them, admission debits
+// ⌈raw × ratio⌉ (at least 1), the ratio being the sum of the charges over
+// the sum of the raw estimates, bounded to [0.25, 4]; DecisionEvent.Estimate
+// and ReconcileEvent.Estimate are the scaled estimate.
+//
+// It learns per Limiter (per process), per model: the request's model as
+// the WithModel extractor reads it (the extractor then runs on every
+// request, model limits or not); without WithModel every request is model
+// "". At most 1,024 models are learned at once (the least recently used is
+// dropped), and a model name above 256 bytes is not learned (its estimates
+// are not scaled): names come from clients. Calibration reports the ratios
+// in force. It works with any estimator; the reconcile still corrects every
+// charge. Default: off.
+func WithCalibration() Option {
+	return optionFunc(func(c *config) { c.calibrate = true })
 }
 
 // WithStoreTimeout bounds each call to a store other than the built-in

@@ -8,6 +8,7 @@
 //	go run ./cmd/llmrate-sim -tier growth -trace trace.jsonl
 //	go run ./cmd/llmrate-sim -trace trace.jsonl -model-limits 'gpt-4o*=50/30000,o3=5/10000'
 //	go run ./cmd/llmrate-sim -rps 6 -models gpt-4o,gpt-4o-mini,llama-3 -model-limits 'gpt-4o*=40/100000'
+//	go run ./cmd/llmrate-sim -fanout
 //
 // A trace is JSON lines, in time order:
 //
@@ -16,6 +17,11 @@
 // t is seconds from the start; workspace defaults to the key; model is
 // optional; estimate (the admission estimate, Content-Length/4 in
 // production) defaults to tokens, which is what the provider then reports.
+//
+// -fanout replays an agent's fan-out (bursts of 50 concurrent requests
+// with 4 KB prompts asking for up to 4,000 tokens) through the default
+// estimate, EstimateFromBody and WithCalibration, and prints how far each
+// let the first minute's consumption past the limit.
 //
 // -model-limits gives models (exact names, or prefixes ending in "*") their
 // own limits, name=requests/tokens per minute, comma-separated, as
@@ -70,8 +76,21 @@ func run(args []string, out io.Writer) error {
 	genModels := fs.String("models", "", "generated: comma-separated model names, round-robin (default: none)")
 	svgPath := fs.String("svg", "", "write the plot to this SVG file")
 	modelFlag := fs.String("model-limits", "", "per-model limits: name=rpm/tpm,… (a name may end in *)")
+	fanout := fs.Bool("fanout", false, "compare estimators on the agent fan-out trace (bursts of 50 concurrent 4 KB requests asking up to 4,000 tokens); -tpm sets its figure")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *fanout {
+		f := DefaultFanout()
+		if *tpm > 0 {
+			f.TPM = *tpm
+		}
+		rs, err := RunFanout(f, FanoutConfigs())
+		if err != nil {
+			return err
+		}
+		PrintFanout(out, f, rs)
+		return nil
 	}
 	tier, lim, err := figures(*tierName, *rpm, *tpm)
 	if err != nil {

@@ -90,3 +90,36 @@ func TestModelLimits(t *testing.T) {
 	assert.ErrorContains(t, run([]string{"-trace", trace, "-model-limits", "gpt-4o=2"}, &out), "want name=requests/tokens")
 	assert.ErrorContains(t, run([]string{"-trace", trace, "-model-limits", "gpt-*o=2/3"}, &out), "may only end a name")
 }
+
+// TestFanout: the fan-out comparison through the real limiter. Estimates
+// are checked against hand-computed ones (every request of the trace has
+// the same body length and max_tokens), the replay is deterministic, and
+// the claims the README makes hold: the default estimate lets the
+// bursts' consumption past what an exact bucket could have admitted,
+// EstimateFromBody does not, and calibration admits more than
+// EstimateFromBody once it has learned.
+func TestFanout(t *testing.T) {
+	f := DefaultFanout()
+	rs, err := RunFanout(f, FanoutConfigs()[:3])
+	require.NoError(t, err)
+	again, err := RunFanout(f, FanoutConfigs()[:3])
+	require.NoError(t, err)
+	assert.Equal(t, rs, again, "deterministic")
+
+	body := f.requests()[0].body
+	system := len("You are one of fifty sub-agents.")
+	assert.Equal(t, int64(len(body)/4), rs[0].MeanEstimate, "the default estimate is Content-Length / 4")
+	assert.Equal(t, int64((system+f.PromptBytes+3)/4)+f.MaxTokens, rs[1].MeanEstimate, "EstimateFromBody: ⌈text / 4⌉ + max_tokens")
+
+	assert.Positive(t, rs[0].BeyondExact, "the default estimate admits past an exact bucket")
+	assert.LessOrEqual(t, rs[1].BeyondExact, int64(0), "EstimateFromBody does not")
+	assert.Less(t, rs[2].BeyondExact, rs[0].BeyondExact, "calibration keeps it far below the default")
+	assert.Greater(t, rs[2].Admitted, rs[1].Admitted, "and admits more than EstimateFromBody alone, once it has learned")
+	assert.InDelta(t, float64(rs[2].MeanActual)/float64(f.MaxTokens+int64((system+f.PromptBytes+3)/4)), rs[2].CalibrationAtEnd, 0.05,
+		"the ratio learned is about the charge over the raw estimate")
+
+	var out strings.Builder
+	require.NoError(t, run([]string{"-fanout", "-tpm", "200000"}, &out))
+	assert.Contains(t, out.String(), "one key at 200000 tokens/min")
+	assert.Contains(t, out.String(), "EstimateFromBody + WithCalibration")
+}

@@ -1,0 +1,179 @@
+package llmrate
+
+import (
+	"math/bits"
+	"sync"
+)
+
+// Calibration bounds (DESIGN §17).
+const (
+	// calibrationWindow is how many of a model's most recent reconciles
+	// with final usage its ratio is learned from.
+	calibrationWindow = 64
+	// calibrationMinSamples is how many it takes before estimates scale.
+	calibrationMinSamples = 8
+	// calibrationMaxModels is how many models are learned at once; the
+	// least recently used is dropped for a new one.
+	calibrationMaxModels = 1024
+	// calibrationMaxName is the longest model name learned: names come
+	// from clients, and a longer one is no model a provider serves.
+	calibrationMaxName = 256
+	// calibrationMaxSample caps each sample, so that the sums of a window
+	// (and four times them) fit in 63 bits.
+	calibrationMaxSample = 1 << 55
+)
+
+// Calibration returns, per model, the ratio of charge to raw estimate that
+// WithCalibration applies to the model's estimates now, within [0.25, 4];
+// models with fewer than 8 samples are absent. Without WithCalibration it
+// returns nil. The model "" stands for requests naming none (every request
+// without WithModel).
+func (l *Limiter) Calibration() map[string]float64 {
+	if l.calib == nil {
+		return nil
+	}
+	return l.calib.ratios()
+}
+
+// calibration learns, per model, the ratio of charge to raw estimate over
+// the model's most recent reconciles with final usage (WithCalibration).
+// One mutex guards it: each admission and each learning reconcile holds it
+// for a map lookup and a few words of arithmetic.
+type calibration struct {
+	mu     sync.Mutex
+	models map[string]*calModel
+	lru    calModel // sentinel of the recency ring: lru.next is the most recent
+}
+
+// calModel is one model's window of samples, in a ring.
+type calModel struct {
+	name           string
+	raw, actual    [calibrationWindow]int64
+	n, at          int   // samples held; the slot the next one goes to
+	sumRaw, sumAct int64 // of the samples held
+	prev, next     *calModel
+}
+
+func newCalibration() *calibration {
+	c := &calibration{models: make(map[string]*calModel)}
+	c.lru.prev, c.lru.next = &c.lru, &c.lru
+	return c
+}
+
+// scale returns the estimate admission debits for a raw estimate (at
+// least 1) of model: ⌈raw × ratio⌉ once the model has enough samples, raw
+// until then.
+func (c *calibration) scale(model string, raw int64) int64 {
+	if len(model) > calibrationMaxName {
+		return raw // never learned
+	}
+	c.mu.Lock()
+	m := c.models[model]
+	if m == nil || m.n < calibrationMinSamples {
+		c.mu.Unlock()
+		return raw
+	}
+	c.touch(m)
+	act, rw := m.sumAct, m.sumRaw
+	c.mu.Unlock()
+	return scaleEstimate(raw, act, rw)
+}
+
+// scaleEstimate returns ⌈raw × act / rw⌉ with the ratio act/rw bounded to
+// [1/4, 4], at least 1, saturating at the int64 maximum. raw ≥ 1; rw ≥ 1;
+// 0 ≤ act, and 4 × act and 4 × rw fit in a uint64 (calibrationMaxSample).
+func scaleEstimate(raw, act, rw int64) int64 {
+	const maxInt = 1<<63 - 1
+	r, a, w := uint64(raw), uint64(act), uint64(rw)
+	switch {
+	case 4*a < w: // the ratio is below 1/4
+		q := raw / 4
+		if raw%4 != 0 {
+			q++
+		}
+		return q
+	case a > 4*w: // above 4
+		if raw > maxInt/4 {
+			return maxInt
+		}
+		return 4 * raw
+	}
+	hi, lo := bits.Mul64(r, a)
+	if hi >= w { // the quotient needs more than 64 bits
+		return maxInt
+	}
+	q, rem := bits.Div64(hi, lo, w)
+	if rem != 0 {
+		q++
+	}
+	if q > maxInt {
+		return maxInt
+	}
+	return max(1, int64(q))
+}
+
+// record adds one reconcile with final usage: the raw estimate (before
+// scaling) and the charge.
+func (c *calibration) record(model string, raw, actual int64) {
+	if len(model) > calibrationMaxName {
+		return
+	}
+	raw = min(max(raw, 1), calibrationMaxSample)
+	actual = min(max(actual, 0), calibrationMaxSample)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.models[model]
+	if m == nil {
+		if len(c.models) >= calibrationMaxModels {
+			old := c.lru.prev
+			c.unlink(old)
+			delete(c.models, old.name)
+		}
+		m = &calModel{name: model}
+		c.models[model] = m
+	} else {
+		c.unlink(m)
+	}
+	c.pushFront(m)
+	if m.n == calibrationWindow {
+		m.sumRaw -= m.raw[m.at]
+		m.sumAct -= m.actual[m.at]
+	} else {
+		m.n++
+	}
+	m.raw[m.at], m.actual[m.at] = raw, actual
+	m.sumRaw += raw
+	m.sumAct += actual
+	m.at = (m.at + 1) % calibrationWindow
+}
+
+func (c *calibration) ratios() map[string]float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]float64)
+	for name, m := range c.models {
+		if m.n >= calibrationMinSamples {
+			out[name] = min(4, max(0.25, float64(m.sumAct)/float64(m.sumRaw)))
+		}
+	}
+	return out
+}
+
+// touch makes m the most recently used.
+func (c *calibration) touch(m *calModel) {
+	if c.lru.next != m {
+		c.unlink(m)
+		c.pushFront(m)
+	}
+}
+
+func (c *calibration) unlink(m *calModel) {
+	m.prev.next, m.next.prev = m.next, m.prev
+	m.prev, m.next = nil, nil
+}
+
+func (c *calibration) pushFront(m *calModel) {
+	m.prev, m.next = &c.lru, c.lru.next
+	c.lru.next.prev = m
+	c.lru.next = m
+}
