@@ -75,11 +75,14 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/llmrate/llmrate"
@@ -125,14 +128,53 @@ type Store struct {
 	leases   *leaser   // nil: no leases
 	macs     sync.Pool // of *mac
 
-	downUntil   atomic.Int64 // unix ns: Redis is not tried before this
+	direct bool          // the client ends a call at its context's deadline
+	slots  chan struct{} // guarded calls in flight, when not direct
+
+	// The breaker: open after breakAfter failed calls in a row; while open,
+	// one call (a probe) may go to Redis from probeAt on, and the first
+	// success closes it.
+	open        atomic.Bool
+	probeAt     atomic.Int64 // unix ns
 	consecutive atomic.Int64 // failed calls in a row
 	errors      atomic.Int64
+	resends     atomic.Int64
+
+	// unsure holds the identities of reconciles whose Redis call failed
+	// (their fate unknown) until they expire: a retry of one never goes to
+	// a lease, only to Redis, which knows whether it was applied.
+	unsure  sync.Map // ID -> expiry (time.Time)
+	unsureN atomic.Int64
 }
 
-// breakAfter is how many failed calls in a row stop the store from trying
-// Redis for the retry interval: one slow call under load is not an outage.
+// breakAfter is how many failed calls in a row open the breaker: one slow
+// call under load is not an outage.
 const breakAfter = 3
+
+// maxResends is how many times one call is sent again after its reply was
+// lost (its connection closed or reset), within its deadline, when every
+// admission or reconcile it carries has an identity.
+const maxResends = 2
+
+// maxGuarded bounds the calls in flight on a client that does not end a
+// call at its context's deadline (see HonoursContext): each runs on a
+// goroutine of its own, which outlives a call abandoned at its deadline
+// until the client's read timeout. Past the bound a call fails at once.
+const maxGuarded = 256
+
+// Identity records' lives (AdmitRequest.ID, ReconcileRequest.ID): an
+// admission is resent within its deadline, so its record lives a few
+// seconds; a reconcile is retried by the limiter for about five seconds,
+// so its record lives thirty.
+const (
+	admitIDLife     = 5 * time.Second
+	reconcileIDLife = 30 * time.Second
+)
+
+// receiptLocal is the Decision.Receipt of an admission the local fallback
+// decided (WithFallbackLocal): its reconcile goes to the fallback too. A
+// Redis decision's receipt is "".
+const receiptLocal = "local"
 
 var (
 	_ llmrate.Store            = (*Store)(nil)
@@ -230,6 +272,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback}
+	s.direct = clientHonoursContext(client)
+	if !s.direct {
+		s.slots = make(chan struct{}, maxGuarded)
+	}
 	s.macs.New = func() any { return &mac{h: hmac.New(sha256.New, s.hashKey)} }
 	if c.leasesSet {
 		id := make([]byte, 8)
@@ -401,13 +447,24 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, s.timeout)
 }
 
-// up reports whether Redis should be tried now.
-func (s *Store) up() bool { return time.Now().UnixNano() >= s.downUntil.Load() }
+// up reports whether Redis should be tried now: always while the breaker
+// is closed; while it is open, for one caller (the probe) once the retry
+// interval has passed since the last failure, and then for no other until
+// that probe has had its timeout (so one probe at a time) or failed.
+func (s *Store) up() bool {
+	if !s.open.Load() {
+		return true
+	}
+	now := time.Now().UnixNano()
+	at := s.probeAt.Load()
+	return now >= at && s.probeAt.CompareAndSwap(at, now+int64(s.retry+s.timeout))
+}
 
 func (s *Store) failed(err error) error {
 	s.errors.Add(1)
-	if s.consecutive.Add(1) >= breakAfter {
-		s.downUntil.Store(time.Now().Add(s.retry).UnixNano())
+	if s.consecutive.Add(1) >= breakAfter || s.open.Load() {
+		s.probeAt.Store(time.Now().Add(s.retry).UnixNano())
+		s.open.Store(true)
 	}
 	return fmt.Errorf("redisstore: %w", err)
 }
@@ -416,11 +473,113 @@ func (s *Store) succeeded() {
 	if s.consecutive.Load() != 0 {
 		s.consecutive.Store(0)
 	}
+	if s.open.Load() {
+		s.open.Store(false)
+	}
 }
 
-var errDown = errors.New("redisstore: redis unavailable, retrying later")
+// Resends returns how many calls were sent again because their reply was
+// lost (their connection closed or reset): each carried identities, so
+// Redis answered a repeat with its first answer.
+func (s *Store) Resends() int64 { return s.resends.Load() }
 
-// Admit implements llmrate.Store in one round trip.
+var (
+	errDown  = errors.New("redisstore: redis unavailable, retrying later")
+	errBusy  = errors.New("redisstore: too many calls in flight on a client without ContextTimeoutEnabled")
+	errNoFbk = errors.New("redisstore: a reconcile with the local fallback's receipt, but the store has no fallback")
+)
+
+// run runs script once against Redis, bounded by the store's timeout and
+// ctx's deadline whatever the client (see HonoursContext), and returns its
+// result. When resend is set (every admission or reconcile in the call has
+// an identity), a call whose reply was lost is sent again, on another
+// connection, while time is left. A failure is counted (Errors, and
+// towards the breaker) unless ctx was cancelled: a deadline passing is a
+// failure, a caller giving up is not, nor a context done before anything
+// was sent.
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args []any, resend bool) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	var v any
+	var err error
+	for try := 0; ; try++ {
+		v, err = s.eval(cctx, script, keys, args)
+		if err == nil || !resend || try == maxResends || cctx.Err() != nil || !lostReply(err) {
+			break
+		}
+		s.resends.Add(1)
+	}
+	if err != nil {
+		if errors.Is(cctx.Err(), context.Canceled) {
+			return nil, fmt.Errorf("redisstore: %w", err) // the caller gave up
+		}
+		return nil, s.failed(err)
+	}
+	s.succeeded()
+	return v, nil
+}
+
+// eval runs script once, returning by ctx's deadline even on a client that
+// does not (on a goroutine of its own, at most maxGuarded at a time).
+func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
+	if s.direct {
+		return script.Run(ctx, s.c, keys, args...).Result()
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return nil, errBusy
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer func() { <-s.slots }()
+		v, err := script.Run(ctx, s.c, keys, args...).Result()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// lostReply reports whether err means the call's connection closed or
+// reset, or could not be made: its reply, if Redis ran it, is lost, and an
+// identified call may be sent again.
+func lostReply(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && !op.Timeout()
+}
+
+// int64s converts a script's reply of n integers.
+func int64s(v any, n int) ([]int64, error) {
+	vs, ok := v.([]any)
+	if !ok || len(vs) != n {
+		return nil, fmt.Errorf("redisstore: script returned %T of %d values, want %d integers", v, len(vs), n)
+	}
+	out := make([]int64, n)
+	for i, x := range vs {
+		if out[i], ok = x.(int64); !ok {
+			return nil, fmt.Errorf("redisstore: script returned %T at %d, want an integer", x, i)
+		}
+	}
+	return out, nil
+}
+
+// Admit implements llmrate.Store in one round trip (two when its reply is
+// lost and it has an ID: see llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
 	if !s.up() {
 		return s.admitLocal(ctx, r, errDown)
@@ -432,39 +591,86 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 		return s.admitBatched(ctx, r)
 	}
 	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
-	res, err := s.call(ctx, true, []string{k, w}, []any{s.nowArg(), admitArg(r)}, 1)
+	res, err := s.call(ctx, []*pending{{r: r, k: k, w: w}})
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
 	}
 	return decisionFrom(res), nil
 }
 
+// admitLocal decides r in the local fallback (its Decision.Receipt says
+// so, and its reconcile goes there too), or returns err without one.
 func (s *Store) admitLocal(ctx context.Context, r llmrate.AdmitRequest, err error) (llmrate.Decision, error) {
 	if s.fallback == nil {
 		return llmrate.Decision{}, err
 	}
-	return s.fallback.Admit(ctx, r)
+	d, ferr := s.fallback.Admit(ctx, r)
+	d.Receipt = receiptLocal
+	return d, ferr
 }
 
-// Reconcile implements llmrate.Store in one round trip.
+// idKey is the name of the identity record of an admission (kind 'a') or
+// a reconcile (kind 'r') with identity id, next to its workspace entry w
+// (same hash slot).
+func idKey(w string, kind byte, id string) string {
+	return w + ":" + string(kind) + ":" + id
+}
+
+// Reconcile implements llmrate.Store in one round trip. It goes where its
+// admission was decided (r.Receipt): to the local fallback for the
+// fallback's decisions, else to Redis, never the other, whatever the
+// breaker did in between; while Redis is unreachable it fails (the limiter
+// retries it). With an ID it is applied at most once, however often it is
+// sent (by the caller, or by the client's own retries).
 func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error {
+	if r.Receipt == receiptLocal {
+		if s.fallback == nil {
+			return errNoFbk
+		}
+		return s.fallback.Reconcile(ctx, r)
+	}
 	if !s.up() {
-		return s.reconcileLocal(ctx, r, errDown)
+		return errDown
 	}
 	var err error
 	if s.leases != nil {
 		err = s.reconcileLeased(ctx, r)
 	} else {
 		k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
-		ctx, cancel := s.bound(ctx)
-		defer cancel()
-		err = reconcileScript.Run(ctx, s.c, []string{k, w}, reconcileArgs(s.nowArg(), r)...).Err()
+		keys := []string{k, w}
+		if r.ID != "" {
+			keys = append(keys, idKey(w, 'r', r.ID))
+		}
+		_, err = s.run(ctx, reconcileScript, keys, reconcileArgs(s.nowArg(), r), r.ID != "")
 	}
-	if err != nil {
-		return s.reconcileLocal(ctx, r, s.failed(err))
+	if err != nil && r.ID != "" && s.leases != nil {
+		s.noteUnsure(r.ID)
 	}
-	s.succeeded()
-	return nil
+	return err
+}
+
+// noteUnsure remembers that reconcile id's Redis call failed, and now and
+// then forgets the expired ones.
+func (s *Store) noteUnsure(id string) {
+	now := time.Now()
+	s.unsure.Store(id, now.Add(reconcileIDLife))
+	if s.unsureN.Add(1)%256 == 0 {
+		s.unsure.Range(func(k, v any) bool {
+			if now.After(v.(time.Time)) {
+				s.unsure.Delete(k)
+			}
+			return true
+		})
+	}
+}
+
+// isUnsure reports whether reconcile id's Redis call failed lately.
+func (s *Store) isUnsure(id string) bool {
+	if id == "" {
+		return false
+	}
+	v, ok := s.unsure.Load(id)
+	return ok && time.Now().Before(v.(time.Time))
 }
 
 // reconcileArgs are reconcile.lua's arguments.
@@ -472,7 +678,8 @@ func reconcileArgs(now string, r llmrate.ReconcileRequest) []any {
 	return []any{now, r.Estimate,
 		r.BoundedActual(llmrate.KeyTokens), r.BoundedActual(llmrate.WorkspaceTokens),
 		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
-		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo)}
+		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo),
+		soloArg(r.Refund), reconcileIDLife.Milliseconds()}
 }
 
 // admitArg is one admission as admit_one (admitone.lua) reads it: six
@@ -500,11 +707,4 @@ func soloArg(solo bool) string {
 		return "1"
 	}
 	return "0"
-}
-
-func (s *Store) reconcileLocal(ctx context.Context, r llmrate.ReconcileRequest, err error) error {
-	if s.fallback == nil {
-		return err
-	}
-	return s.fallback.Reconcile(ctx, r)
 }
