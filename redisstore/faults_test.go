@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -283,4 +284,338 @@ func TestTimeoutWithAnyClient(t *testing.T) {
 	p.hang.Store(false)
 	p.closeAll() // the held calls end
 	require.NoError(t, l.Close(ctx))
+}
+
+// TestCancellationNeverCounted: on every path (plain, batched, leased and
+// reconcile), a call its caller cancels while Redis holds it is not a
+// Redis failure; a deadline passing is.
+func TestCancellationNeverCounted(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			p := newFaultProxy(t, srv.Addr)
+			c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			s := newStore(t, c, append(m.opts, redisstore.WithClock(frozen), redisstore.WithRetryInterval(time.Hour), redisstore.WithTimeout(200*time.Millisecond))...)
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+			r := soloReq("sk-x", 1)
+			for range 2 { // the second is busy: a lease renewal on the leased path
+				_, err := s.Admit(context.Background(), soloReq("sk-x", 1))
+				require.NoError(t, err)
+			}
+			rr := llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: solo1k, WorkspaceLimits: solo1k, Estimate: 1, Actual: 90_000, Solo: true, ID: r.ID}
+			p.hang.Store(true)
+			calls := map[string]func(ctx context.Context) error{
+				"admit":     func(ctx context.Context) error { _, err := s.Admit(ctx, soloReq("sk-y", 1)); return err }, // not busy: to Redis
+				"reconcile": func(ctx context.Context) error { return s.Reconcile(ctx, rr) },
+			}
+			for name, call := range calls {
+				for range 4 {
+					ctx, cancel := context.WithCancel(context.Background())
+					time.AfterFunc(20*time.Millisecond, cancel)
+					assert.ErrorIs(t, call(ctx), context.Canceled, name)
+					cancel()
+				}
+				assert.Zero(t, s.Errors(), "%s: a caller's cancellation counted as a Redis failure", name)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			assert.Error(t, calls["reconcile"](ctx))
+			assert.Equal(t, int64(1), s.Errors(), "a deadline passing is a Redis failure")
+			p.hang.Store(false)
+			p.closeAll()
+		})
+	}
+}
+
+// TestReconcileGoesToDecidingStore: with a local fallback, a reconcile goes
+// where its admission was decided, whatever the breaker did since: the
+// fallback's credit never reaches Redis, and a Redis debit made while
+// Redis is down fails (for the limiter to retry) rather than land in the
+// fallback.
+func TestReconcileGoesToDecidingStore(t *testing.T) {
+	srv := redistest.Start(t)
+	p := newFaultProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	prefix := uniquePrefix()
+	s := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1),
+		redisstore.WithFallbackLocal(), redisstore.WithRetryInterval(0))
+	probe := newStore(t, client(t, srv.Addr), redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	ctx := context.Background()
+	redisLevel := func() int64 {
+		t.Helper()
+		d, err := probe.Admit(ctx, soloReq("sk-f", 0))
+		require.NoError(t, err)
+		return d.Remaining[llmrate.WorkspaceTokens]
+	}
+	inRedis := soloReq("sk-f", 15_000)
+	d1, err := s.Admit(ctx, inRedis)
+	require.NoError(t, err)
+	require.True(t, d1.Allowed)
+	p.setDown(true)
+	local := soloReq("sk-f", 5_000)
+	d2, err := s.Admit(ctx, local)
+	require.NoError(t, err, "the fallback decides")
+	require.True(t, d2.Allowed)
+	assert.Equal(t, int64(20_000-5_000), d2.Remaining[llmrate.WorkspaceTokens], "the fallback's own buckets")
+	assert.NotEqual(t, d1.Receipt, d2.Receipt)
+
+	// The Redis admission's debit, while Redis is down: an error, not
+	// the fallback.
+	debit := llmrate.ReconcileRequest{Key: "sk-f", Workspace: "sk-f", KeyLimits: solo1k, WorkspaceLimits: solo1k, Estimate: 15_000, Actual: 40_000, Solo: true, ID: inRedis.ID, Receipt: d1.Receipt}
+	require.Error(t, s.Reconcile(ctx, debit))
+	d, err := s.Admit(ctx, soloReq("sk-f", 1))
+	require.NoError(t, err)
+	assert.Equal(t, int64(20_000-5_000-1), d.Remaining[llmrate.WorkspaceTokens], "the fallback untouched by Redis's debit")
+
+	p.setDown(false)
+	credit := llmrate.ReconcileRequest{Key: "sk-f", Workspace: "sk-f", KeyLimits: solo1k, WorkspaceLimits: solo1k, Estimate: 5_000, Actual: 0, Solo: true, ID: local.ID, Receipt: d2.Receipt}
+	require.NoError(t, s.Reconcile(ctx, credit))
+	assert.Equal(t, int64(20_000-15_000), redisLevel(), "Redis gained nothing from the fallback's credit")
+	require.NoError(t, s.Reconcile(ctx, debit), "retried once Redis is back")
+	assert.Equal(t, int64(20_000-40_000), redisLevel(), "Redis got its own debit")
+}
+
+// scriptCounter counts the scripts a client sends (EVALSHA or EVAL).
+type scriptCounter struct{ n atomic.Int64 }
+
+func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestBreakerProbesOneAtATime: three failures open the breaker; while it
+// is open, admissions go to the fallback without a Redis call, but for one
+// probe at a time once the retry interval has passed; the first probe that
+// succeeds closes it.
+func TestBreakerProbesOneAtATime(t *testing.T) {
+	srv := redistest.Start(t)
+	p := newFaultProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	calls := &scriptCounter{}
+	c.AddHook(calls)
+	s := newStore(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(300*time.Millisecond), redisstore.WithRetryInterval(0))
+	ctx := context.Background()
+	_, err := s.Admit(ctx, soloReq("sk-b", 1))
+	require.NoError(t, err)
+	p.hang.Store(true)
+	for range 3 {
+		d, err := s.Admit(ctx, soloReq("sk-b", 1))
+		require.NoError(t, err, "the fallback answers")
+		require.True(t, d.Allowed)
+	}
+	require.Equal(t, int64(3), s.Errors())
+	before := calls.n.Load()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			d, err := s.Admit(ctx, soloReq("sk-b", 1))
+			assert.NoError(t, err)
+			assert.True(t, d.Allowed)
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(1), calls.n.Load()-before, "one probe at a time while open")
+	p.hang.Store(false)
+	p.closeAll()
+	require.Eventually(t, func() bool {
+		d, err := s.Admit(ctx, soloReq("sk-b", 1))
+		return err == nil && d.Receipt == ""
+	}, 5*time.Second, 10*time.Millisecond, "a probe succeeds and closes the breaker")
+	before = calls.n.Load()
+	for range 5 {
+		_, err := s.Admit(ctx, soloReq("sk-b", 1))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(5), calls.n.Load()-before, "closed: every admission goes to Redis")
+}
+
+// holdReplyHook, once armed, holds the reply of the next command (after
+// Redis ran it) until release is closed, and closes held when it holds one.
+type holdReplyHook struct {
+	armed         atomic.Bool
+	held, release chan struct{}
+}
+
+func newHoldReplyHook() *holdReplyHook {
+	return &holdReplyHook{held: make(chan struct{}), release: make(chan struct{})}
+}
+func (h *holdReplyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *holdReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.armed.CompareAndSwap(true, false) {
+			close(h.held)
+			<-h.release
+		}
+		return err
+	}
+}
+func (h *holdReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestLeaseWaiterGetsFallback: an admission waiting for its workspace's
+// lease renewal, whose deadline passes while Redis is slow, gets the local
+// fallback's decision, not an error.
+func TestLeaseWaiterGetsFallback(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	hook := newHoldReplyHook()
+	c.AddHook(hook)
+	s := leaseStore(t, c, 0.25, redisstore.WithClock(frozen), redisstore.WithFallbackLocal())
+	ctx := context.Background()
+	_, err := s.Admit(ctx, soloReq("sk-w", 1))
+	require.NoError(t, err)
+	hook.armed.Store(true)
+	renewed := make(chan error, 1)
+	go func() { _, err := s.Admit(ctx, soloReq("sk-w", 1)); renewed <- err }() // busy: a renewal
+	<-hook.held
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	d, err := s.Admit(wctx, soloReq("sk-w", 1))
+	close(hook.release)
+	require.NoError(t, err, "the fallback decides a waiter whose deadline passed")
+	assert.True(t, d.Allowed)
+	assert.NotEmpty(t, d.Receipt, "decided by the fallback")
+	require.NoError(t, <-renewed)
+}
+
+// leaseLevels returns the Redis tokens level of a solo key's entry and the
+// number of lease records out on it.
+func leaseLevels(t *testing.T, c *redis.Client, prefix, key string) (tokens int64, records int64) {
+	t.Helper()
+	probe := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	d, err := probe.Admit(context.Background(), soloReq(key, 0))
+	require.NoError(t, err)
+	_, w := probe.Keys(key, key)
+	return d.Remaining[llmrate.WorkspaceTokens], c.HLen(context.Background(), w+":l").Val()
+}
+
+// TestLateLeaseReturnKeepsNewerLease: a reconcile that returns the
+// process's lease is held on the wire while the same process renews and is
+// granted a new lease; when it lands, it returns the old lease only: the
+// new one stays out in Redis, where it was once deleted (and its capacity
+// credited back while the process kept spending it).
+func TestLateLeaseReturnKeepsNewerLease(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	hook := &blockHook{held: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(hook)
+	prefix := uniquePrefix()
+	s := leaseStore(t, c, 0.25, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen))
+	ctx := context.Background()
+	a1 := soloReq("sk-l", 100)
+	for range 2 { // the second takes a lease of 5,000 tokens
+		d, err := s.Admit(ctx, soloReq("sk-l", 100))
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	// A credit the lease cannot absorb (nothing of it used yet): the lease
+	// goes back with it.
+	credit := llmrate.ReconcileRequest{Key: a1.Key, Workspace: a1.Workspace, KeyLimits: solo1k, WorkspaceLimits: solo1k, Estimate: 100, Actual: 0, Solo: true, ID: a1.ID}
+	hook.armed.Store(true)
+	reconciled := make(chan error, 1)
+	go func() { reconciled <- s.Reconcile(ctx, credit) }()
+	<-hook.held
+	d, err := s.Admit(ctx, soloReq("sk-l", 100)) // no lease left: renews
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	close(hook.release)
+	require.NoError(t, <-reconciled)
+	tokens, records := leaseLevels(t, c, prefix, "sk-l")
+	assert.Equal(t, int64(1), records, "the newer lease's record is still out")
+	assert.Equal(t, int64(20_000-300+100-5_000), tokens, "three admissions, the credit, and the new lease out")
+}
+
+// TestReconcileDuringRenewal: a reconcile that leaves the bucket in debt
+// while this process's renewal is in flight (granted before the debt, its
+// reply not yet back) stops this process's lease admissions at once: the
+// renewal's lease is not used.
+func TestReconcileDuringRenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	hook := newHoldReplyHook()
+	c.AddHook(hook)
+	s := leaseStore(t, c, 0.25, redisstore.WithClock(frozen))
+	ctx := context.Background()
+	a1 := soloReq("sk-d", 100)
+	_, err := s.Admit(ctx, a1)
+	require.NoError(t, err)
+	hook.armed.Store(true)
+	renewed := make(chan llmrate.Decision, 1)
+	go func() { d, err := s.Admit(ctx, soloReq("sk-d", 100)); assert.NoError(t, err); renewed <- d }()
+	<-hook.held // granted in Redis, reply held
+	debt := llmrate.ReconcileRequest{Key: a1.Key, Workspace: a1.Workspace, KeyLimits: solo1k, WorkspaceLimits: solo1k, Estimate: 100, Actual: 40_000, Solo: true, ID: a1.ID}
+	done := make(chan error, 1)
+	go func() { done <- s.Reconcile(ctx, debt) }()
+	time.Sleep(20 * time.Millisecond) // let the reconcile reach Redis (it does not wait for the renewal)
+	close(hook.release)
+	require.True(t, (<-renewed).Allowed, "decided before the debt")
+	require.NoError(t, <-done)
+	admitted := 0
+	for range 60 {
+		if d, err := s.Admit(ctx, soloReq("sk-d", 100)); err == nil && d.Allowed {
+			admitted++
+		}
+	}
+	assert.Zero(t, admitted, "admitted after the debt on a lease granted before it")
+}
+
+// TestLeasesDebtStopsEveryProcess: three processes hold leases; one
+// reconciles a debt of twice the capacity. It admits nothing more at once;
+// each other admits at most its lease's unused part (share × capacity),
+// and only until its lease's use window (leaseUse, 100 ms) ends: then it
+// goes to Redis and sees the debt.
+func TestLeasesDebtStopsEveryProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	ctx := context.Background()
+	clk := llmratetest.NewClock()
+	ss := sharedStores(t, c, 3, 0.25, clk.Now)
+	req := func() llmrate.AdmitRequest {
+		r := soloReq("sk-e", 100)
+		r.Now = clk.Now()
+		return r
+	}
+	var first llmrate.AdmitRequest
+	for i, s := range ss {
+		for j := range 2 { // the second takes a lease
+			r := req()
+			if i == 0 && j == 0 {
+				first = r
+			}
+			d, err := s.Admit(ctx, r)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+	}
+	debt := llmrate.ReconcileRequest{Key: first.Key, Workspace: first.Workspace, KeyLimits: solo1k, WorkspaceLimits: solo1k, Estimate: 100, Actual: 1_000_000, Solo: true, ID: first.ID}
+	require.NoError(t, ss[0].Reconcile(ctx, debt))
+	d, err := ss[0].Admit(ctx, req())
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the reconciling process stops at once")
+	// Process 1 spends part of its lease within the window.
+	for range 10 {
+		d, err := ss[1].Admit(ctx, req())
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "within the window, on its lease")
+	}
+	clk.Advance(100 * time.Millisecond) // leaseUse
+	for _, s := range ss[1:] {
+		d, err := s.Admit(ctx, req())
+		require.NoError(t, err)
+		assert.False(t, d.Allowed, "past the window every process sees the debt")
+	}
 }

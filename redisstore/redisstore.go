@@ -514,7 +514,9 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 	}
 	if err != nil {
 		if errors.Is(cctx.Err(), context.Canceled) {
-			return nil, fmt.Errorf("redisstore: %w", err) // the caller gave up
+			// The caller gave up (go-redis ends a call at its context's
+			// deadline, not at its cancellation).
+			return nil, fmt.Errorf("redisstore: %w: %w", ctx.Err(), err)
 		}
 		return nil, s.failed(err)
 	}
@@ -552,15 +554,16 @@ func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, a
 }
 
 // lostReply reports whether err means the call's connection closed or
-// reset, or could not be made: its reply, if Redis ran it, is lost, and an
-// identified call may be sent again.
+// reset: its reply, if Redis ran it, is lost, and an identified call may
+// be sent again. (A connection that could not be made is no lost reply:
+// go-redis retries dials itself.)
 func lostReply(err error) bool {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" && !op.Timeout()
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
 // int64s converts a script's reply of n integers.
