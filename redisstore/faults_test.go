@@ -619,3 +619,82 @@ func TestLeasesDebtStopsEveryProcess(t *testing.T) {
 		assert.False(t, d.Allowed, "past the window every process sees the debt")
 	}
 }
+
+// TestLeasesDebtWindowMeasured measures what the lease bound promises on
+// Redis's own clock: three processes with leases, nine goroutines admitting
+// one key (one token each, capacity 200,000 requests and tokens), and one reconcile,
+// through process 0, that leaves the bucket deep in debt (it stays there
+// for minutes). Every token admitted by an admission that started after
+// that reconcile returned is beyond the exact limit. Process 0 admits none;
+// the others, together, at most (N − 1) × share × capacity; the window
+// (until the last such admission) is logged. The README quotes the figures.
+func TestLeasesDebtWindowMeasured(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	lim := llmrate.Limits{RequestsPerMinute: 100_000, TokensPerMinute: 100_000} // capacity 200,000 of each
+	const capacity, n = 200_000, 3
+	for _, share := range []float64{0.1, 0.25} {
+		t.Run(strconv.FormatFloat(share, 'f', -1, 64), func(t *testing.T) {
+			prefix := uniquePrefix()
+			var ss []*redisstore.Store
+			for range n {
+				ss = append(ss, leaseStore(t, c, share, redisstore.WithPrefix(prefix)))
+			}
+			ctx := context.Background()
+			req := func() llmrate.AdmitRequest {
+				return llmrate.AdmitRequest{Key: "sk-m", Workspace: "sk-m", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true, Now: time.Now(), ID: llmrate.NewAdmissionID()}
+			}
+			var debtAt atomic.Int64 // unix ns the reconcile returned; 0 before
+			var over [n]atomic.Int64
+			var last atomic.Int64 // latest start of an admission allowed after the debt
+			var before atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range 3 * n {
+				s := ss[g%n]
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						start := time.Now().UnixNano()
+						d, err := s.Admit(ctx, req())
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed && debtAt.Load() == 0 {
+							before.Add(1)
+						}
+						if at := debtAt.Load(); d.Allowed && at != 0 && start > at {
+							over[g%n].Add(1)
+							if start > last.Load() {
+								last.Store(start)
+							}
+						}
+					}
+				})
+			}
+			time.Sleep(100 * time.Millisecond) // the processes take leases
+			r := req()
+			require.NoError(t, ss[0].Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: lim,
+				Estimate: 100, Actual: 1 << 40, Solo: true, ID: r.ID}))
+			debtAt.Store(time.Now().UnixNano())
+			time.Sleep(500 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			total := over[1].Load() + over[2].Load()
+			window := time.Duration(0)
+			if l := last.Load(); l != 0 {
+				window = time.Duration(l - debtAt.Load())
+			}
+			t.Logf("share %v: %d admitted before the debt, %d on leases in all", share, before.Load(), ss[0].Leased()+ss[1].Leased()+ss[2].Leased())
+			t.Logf("share %v: beyond exact after the debt: process 0 %d tokens, others %d tokens (%.3f × capacity; bound (N−1)×share = %.2f), last at +%v",
+				share, over[0].Load(), total, float64(total)/capacity, float64(n-1)*share, window)
+			assert.Zero(t, over[0].Load(), "the reconciling process admitted after its debt")
+			assert.LessOrEqual(t, float64(total), float64(n-1)*share*capacity, "beyond (N−1) × share × capacity")
+		})
+	}
+}

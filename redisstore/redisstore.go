@@ -109,7 +109,7 @@ var (
 const (
 	DefaultPrefix        = "llmrate"
 	DefaultTimeout       = 30 * time.Millisecond
-	DefaultRetryInterval = time.Second
+	DefaultRetryInterval = 100 * time.Millisecond
 )
 
 // MinHashKeyLen is the shortest secret WithHashKey accepts.
@@ -237,10 +237,13 @@ func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.timeout = d })
 }
 
-// WithRetryInterval sets how long the store stops trying Redis after three
-// failed calls in a row, so that an outage does not add the timeout to every request.
-// Shared enforcement resumes on the first successful call after it.
-// Default: DefaultRetryInterval. d must not be negative.
+// WithRetryInterval sets how often the store probes Redis while its
+// breaker is open. Three failed calls in a row open the breaker: Redis is
+// then not called, admissions go to the local fallback (WithFallbackLocal)
+// or fail, so that an outage does not add the timeout to every request;
+// but once per interval one call (a probe) goes to Redis, one at a time,
+// and the first that succeeds closes the breaker. Default:
+// DefaultRetryInterval (100 ms). d must not be negative.
 func WithRetryInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retry = d })
 }
@@ -363,9 +366,10 @@ func (s *Store) NotifyEvictions(o llmrate.Observer) (stop func()) {
 // Errors returns how many Redis calls failed, a deadline passing before
 // Redis answered included (the limiter's store timeout, when shorter than
 // the store's, is such a deadline: Redis did not answer in the time
-// allowed). Only a call its caller cancelled, before the store's timeout
-// had passed, is not counted (nor towards WithRetryInterval's three in a
-// row): the caller gave up, Redis did not fail.
+// allowed). A call its caller cancelled is not counted (nor towards the
+// breaker's three in a row: see WithRetryInterval), on any path: the caller
+// gave up, Redis did not fail. Nor is a call whose reply was lost and that
+// was answered when sent again (see Resends).
 func (s *Store) Errors() int64 { return s.errors.Load() }
 
 // Keys returns the Redis key names of the two entries of (key, workspace)
