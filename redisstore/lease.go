@@ -410,8 +410,9 @@ func (s *Store) runLease(ctx context.Context, c leaseCall) (llmrate.Decision, [4
 // so that this process admits nothing more on them: the next admission goes
 // to Redis and sees the buckets' debt. A renewal in flight meanwhile may
 // have been granted before the debt: its lease is not used (see group).
-// A refund, and a reconcile whose earlier Redis call failed (Redis alone
-// knows whether it was applied), always go to Redis.
+// A refund, and a repeat of a reconcile sent to Redis before (Redis alone
+// knows whether it was applied), always go to Redis; a repeat of one a
+// lease absorbed is not applied again.
 func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest) error {
 	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
 	var wown, kown string
@@ -420,6 +421,10 @@ func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest)
 	lz.mu.Lock()
 	g := lz.held[w]
 	lz.mu.Unlock()
+	seen, absorbed := s.seenBefore(r.ID)
+	if absorbed {
+		return nil // applied once already, to this process's leases
+	}
 	dk, dw := r.BoundedActual(llmrate.KeyTokens)-r.Estimate, r.BoundedActual(llmrate.WorkspaceTokens)-r.Estimate
 	debit := !r.Refund && (dk > 0 || dw > 0)
 	if g != nil {
@@ -433,16 +438,18 @@ func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest)
 				}
 				return d >= 0 && p.left[1] >= d || d <= 0 && -d <= p.gross[1]-p.left[1]
 			}
-			local := g.ready == nil && !r.Refund && !s.isUnsure(r.ID)
+			local := g.ready == nil && !r.Refund && !seen
 			if local && r.Solo && fits(&g.ws, r.WorkspaceLimits, dw) {
 				g.ws.left[1] -= dw
 				g.mu.Unlock()
+				s.noteSeen(r.ID, true)
 				return nil
 			}
 			if local && !r.Solo && kl != nil && (dk >= 0) == (dw >= 0) && fits(&g.ws, r.WorkspaceLimits, dw) && fits(&kl.part, r.KeyLimits, dk) {
 				g.ws.left[1] -= dw
 				kl.left[1] -= dk
 				g.mu.Unlock()
+				s.noteSeen(r.ID, true)
 				return nil
 			}
 			// To Redis: this process's leases go back first (a renewal in
@@ -472,6 +479,7 @@ func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest)
 		keys = append(keys, idKey(w, 'r', r.ID))
 	}
 	args := append(reconcileArgs(s.nowArg(), r), wown, ret[0], ret[1], ret[2], ret[3], kown)
+	s.noteSeen(r.ID, false) // a repeat goes to Redis, applied or not
 	_, err := s.run(ctx, leaseReconcileScript, keys, args, r.ID != "")
 	return err
 }

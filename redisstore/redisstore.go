@@ -140,11 +140,12 @@ type Store struct {
 	errors      atomic.Int64
 	resends     atomic.Int64
 
-	// unsure holds the identities of reconciles whose Redis call failed
-	// (their fate unknown) until they expire: a retry of one never goes to
-	// a lease, only to Redis, which knows whether it was applied.
-	unsure  sync.Map // ID -> expiry (time.Time)
-	unsureN atomic.Int64
+	// seen holds, with leases, the identities of recent reconciles: those
+	// absorbed by this process's leases (a repeat is not applied again),
+	// and those sent to Redis (a repeat goes to Redis, which knows whether
+	// it was applied, never to a lease).
+	seen  sync.Map // ID -> seenReconcile
+	seenN atomic.Int64
 }
 
 // breakAfter is how many failed calls in a row open the breaker: one slow
@@ -650,34 +651,44 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 		}
 		_, err = s.run(ctx, reconcileScript, keys, reconcileArgs(s.nowArg(), r), r.ID != "")
 	}
-	if err != nil && r.ID != "" && s.leases != nil {
-		s.noteUnsure(r.ID)
-	}
 	return err
 }
 
-// noteUnsure remembers that reconcile id's Redis call failed, and now and
-// then forgets the expired ones.
-func (s *Store) noteUnsure(id string) {
+// seenReconcile is what this process did with a reconcile's identity.
+type seenReconcile struct {
+	exp      time.Time
+	absorbed bool // applied to this process's leases; else sent to Redis
+}
+
+// noteSeen remembers what became of reconcile id, and now and then forgets
+// the expired ones.
+func (s *Store) noteSeen(id string, absorbed bool) {
+	if id == "" {
+		return
+	}
 	now := time.Now()
-	s.unsure.Store(id, now.Add(reconcileIDLife))
-	if s.unsureN.Add(1)%256 == 0 {
-		s.unsure.Range(func(k, v any) bool {
-			if now.After(v.(time.Time)) {
-				s.unsure.Delete(k)
+	s.seen.Store(id, seenReconcile{exp: now.Add(reconcileIDLife), absorbed: absorbed})
+	if s.seenN.Add(1)%1024 == 0 {
+		s.seen.Range(func(k, v any) bool {
+			if now.After(v.(seenReconcile).exp) {
+				s.seen.Delete(k)
 			}
 			return true
 		})
 	}
 }
 
-// isUnsure reports whether reconcile id's Redis call failed lately.
-func (s *Store) isUnsure(id string) bool {
+// seenBefore reports whether reconcile id came lately, and whether it was
+// absorbed by a lease then.
+func (s *Store) seenBefore(id string) (seen, absorbed bool) {
 	if id == "" {
-		return false
+		return false, false
 	}
-	v, ok := s.unsure.Load(id)
-	return ok && time.Now().Before(v.(time.Time))
+	v, ok := s.seen.Load(id)
+	if !ok || time.Now().After(v.(seenReconcile).exp) {
+		return false, false
+	}
+	return true, v.(seenReconcile).absorbed
 }
 
 // reconcileArgs are reconcile.lua's arguments.
