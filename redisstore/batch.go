@@ -43,8 +43,8 @@ var (
 // concurrent admissions lets the short ones end calls the long ones share.
 // So with batching, keep the store's timeout under half the limiter's
 // (WithStoreTimeout) and both well above Redis's latency. As without
-// batching, calls end by their deadlines only on a client with
-// ContextTimeoutEnabled.
+// batching, calls end by their deadlines whatever the client (see
+// HonoursContext).
 //
 // max must be at least 1; over 1 it is refused on other clients than a
 // single-node or Sentinel *redis.Client (a Cluster client or Ring routes a

@@ -72,10 +72,13 @@ const (
 //
 // A reconcile that a key's and its workspace's leases can absorb is applied
 // to them; any other goes to Redis as without leases, returning this
-// process's leases of the key and workspace first. It does not reach other
-// processes' leases: when it leaves a bucket in debt, they may still admit
-// their unused parts (so up to (processes − 1) × share × capacity more than
-// one exact limit would) until they next go to Redis, within 2 s. Every process sharing the
+// process's leases of the key and workspace in the same call, so this
+// process admits nothing more on them (a renewal in flight meanwhile is
+// not used). It does not reach other processes' leases: when it leaves a
+// bucket in debt, they may still admit their unused parts (so up to
+// (processes − 1) × share × capacity more than one exact limit would)
+// until they next go to Redis: a process uses a lease for at most 100 ms
+// after asking for it, so within 100 ms and a round trip. Every process sharing the
 // buckets must use leases, or none: a process without them does not see
 // the capacity out on lease. The store then runs a goroutine that returns
 // idle leases; Close stops it and returns every lease.
