@@ -117,7 +117,7 @@ func uniquePrefix() string { return "f" + strconv.FormatInt(prefixes.Add(1), 10)
 var solo1k = llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 10_000}
 
 func soloReq(key string, tokens int64) llmrate.AdmitRequest {
-	return llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: solo1k, WorkspaceLimits: solo1k, Tokens: tokens, Solo: true, Now: time.Now(), ID: llmrate.NewAdmissionID()}
+	return llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: solo1k, WorkspaceLimits: solo1k, Tokens: tokens, Solo: true, Now: frozen(), ID: llmrate.NewAdmissionID()}
 }
 
 // modes are the store configurations every admission path runs in.

@@ -486,17 +486,29 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, s.timeout)
 }
 
-// up reports whether Redis should be tried now: always while the breaker
-// is closed; while it is open, for one caller (the probe) once the retry
-// interval has passed since the last failure, and then for no other until
-// that probe has had its timeout (so one probe at a time) or failed.
-func (s *Store) up() bool {
+// up reports whether Redis should be tried now by a caller whose context
+// is ctx: always while the breaker is closed; while it is open, for one
+// caller (the probe) once the retry interval has passed since the last
+// failure, and then for no other until that probe has had its time (the
+// store's timeout, or its caller's deadline when nearer: so one probe at a
+// time) or failed. A caller whose context is done is never the probe.
+func (s *Store) up(ctx context.Context) bool {
 	if !s.open.Load() {
 		return true
 	}
-	now := time.Now().UnixNano()
+	if ctx.Err() != nil {
+		return false
+	}
+	now := time.Now()
 	at := s.probeAt.Load()
-	return now >= at && s.probeAt.CompareAndSwap(at, now+int64(s.retry+s.timeout))
+	if now.UnixNano() < at {
+		return false
+	}
+	hold := s.timeout
+	if d, ok := ctx.Deadline(); ok && d.Sub(now) < hold {
+		hold = d.Sub(now)
+	}
+	return s.probeAt.CompareAndSwap(at, now.Add(s.retry+hold).UnixNano())
 }
 
 func (s *Store) failed(err error) error {
@@ -623,7 +635,7 @@ func int64s(v any, n int) ([]int64, error) {
 // Admit implements llmrate.Store in one round trip (two when its reply is
 // lost and it has an ID: see llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
-	if !s.up() {
+	if !s.up(ctx) {
 		return s.admitLocal(ctx, r, errDown)
 	}
 	if s.leases != nil {
@@ -671,7 +683,7 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 		}
 		return s.fallback.Reconcile(ctx, r)
 	}
-	if !s.up() {
+	if !s.up(ctx) {
 		return errDown
 	}
 	var err error
