@@ -20,13 +20,14 @@
 -- Returns {allowed, refused, retry_s, never, kr, kt, wr, wt, lkr, lkt, lwr, lwt}:
 -- the decision as admit.lua's, levels after the debit and before the new
 -- lease, and the lease granted (all 0 when none).
-local LDEC = "<dddddddddddd"
+-- An admitted result's identity record: its levels and the lease granted
+-- (allowed, refused, retry and never are 1, 0, 0, 0).
+local LDEC = "<dddddddd"
 if KEYS[5] then
   local v = redis.call("GET", KEYS[5])
   if v then
-    local r = {struct.unpack(LDEC, v)}
-    r[13] = nil -- struct.unpack's next position
-    return r
+    local a, b, c, d, e, f, g, h = struct.unpack(LDEC, v)
+    return {1, 0, 0, 0, a, b, c, d, e, f, g, h}
   end
 end
 local now = now_us(ARGV[1])
@@ -91,6 +92,6 @@ else
   save(kl[3], wl[3])
 end
 if KEYS[5] then
-  redis.call("SET", KEYS[5], struct.pack(LDEC, unpack(out)), "PX", ARGV[21])
+  redis.call("SET", KEYS[5], struct.pack(LDEC, out[5], out[6], out[7], out[8], out[9], out[10], out[11], out[12]), "PX", ARGV[21])
 end
 return out
