@@ -69,7 +69,8 @@ type MemoryStore struct {
 	over     atomic.Int64
 	evict    evictNotifier
 	maxTotal int
-	err      error // an invalid option, reported by Err
+	err      error                   // an invalid option, reported by Err
+	ids      atomic.Pointer[idTable] // identities seen (memidentity.go); nil until one is
 }
 
 // entry holds the two buckets of one key (within its workspace) or of one
@@ -305,8 +306,16 @@ func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (sh *
 	return sh, e, ev
 }
 
-// Admit implements Store.
+// Admit implements Store. An admission with an ID already admitted (within
+// five seconds of its clock) gets that first decision and debits nothing.
 func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error) {
+	if r.ID != "" {
+		return s.admitOnce(r), nil
+	}
+	return s.admit(r), nil
+}
+
+func (s *MemoryStore) admit(r AdmitRequest) Decision {
 	now := r.Now.UnixNano()
 	if r.Solo {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
@@ -314,7 +323,7 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 		e.settle(r.WorkspaceLimits)
 		sh.mu.Unlock()
 		s.noteEvictions(ev)
-		return d, nil
+		return d
 	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens)
@@ -323,11 +332,21 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
-	return d, nil
+	return d
 }
 
-// Reconcile implements Store.
+// Reconcile implements Store. A reconcile with an ID is applied at most
+// once (within thirty seconds of its clock).
 func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
+	if r.ID != "" {
+		s.reconcileOnce(r)
+		return nil
+	}
+	s.reconcile(r)
+	return nil
+}
+
+func (s *MemoryStore) reconcile(r ReconcileRequest) {
 	now := r.Now.UnixNano()
 	if r.Solo {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
@@ -335,7 +354,7 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 		e.settle(r.WorkspaceLimits)
 		sh.mu.Unlock()
 		s.noteEvictions(ev)
-		return nil
+		return
 	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
@@ -345,7 +364,6 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
-	return nil
 }
 
 // reconcileEntry applies r to one entry's buckets (tok names its tokens

@@ -34,6 +34,7 @@ type Limiter struct {
 
 	calls     *storeCaller    // the store, when it is not the memory store
 	rq        *reconcileQueue // nil: reconciles run on the request's goroutine
+	retry     retrier         // reconciles the store failed, tried again
 	closeOnce sync.Once
 
 	stopEvictions func() // unsubscribes the observer from the store's evictions; nil when not subscribed
@@ -121,6 +122,7 @@ type admission struct {
 	model      string
 	entry      string
 	overridden bool
+	id         string // AdmitRequest.ID; "" for the memory store, which loses no reply
 }
 
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -225,6 +227,8 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	if l.mem != nil {
 		a.d, err = l.mem.Admit(ctx, req)
 	} else {
+		req.ID = NewAdmissionID()
+		a.id = req.ID
 		a.d, err = l.calls.admit(ctx, req)
 	}
 	if err != nil {
@@ -302,7 +306,8 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	if ev.Actual != a.est {
 		// The clock is read again: the charge lands when the response ended,
 		// as it does on a store with its own clock.
-		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock()}
+		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock(),
+			ID: a.id, Receipt: a.d.Receipt}
 		l.reconcile(r.Context(), a, req)
 	}
 	if ce := l.debug.Check(zap.DebugLevel, "llmrate: reconciled"); ce != nil {
