@@ -9,7 +9,9 @@ import (
 // its fields count, which member names let the SSE fast path rule a report
 // out, and which members hold generated text. Adding a provider path is one
 // row in paths (plus a fixture under testdata/usage at the module root);
-// a new way of counting fields is one style.
+// a new way of counting fields is one style. What each kept value adds to
+// and which breakdown field of Usage it is part of (cache reads, cache
+// writes, reasoning) are keptCounts and keptKinds.
 
 // slot identifies a row of paths: one place a report may be.
 type slot uint8

@@ -1,6 +1,8 @@
 package usage_test
 
 import (
+	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -164,4 +166,122 @@ func TestBreakdown(t *testing.T) {
 		{"details objects repeated: the last wins", js, `{"usage":{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":4},"prompt_tokens_details":{}}}`,
 			usage.Usage{InputTokens: 10, OutputTokens: 5}, true},
 	})
+}
+
+// TestShapesRandomAgainstReference: documents built at random from the
+// members the new rules read (iterations of any type, details objects,
+// xAI's totals, Interactions counts, predictions), with values valid,
+// malformed, null or repeated, and wrapped in the paths that hold reports,
+// read as the encoding/json reference reads them, in every split.
+func TestShapesRandomAgainstReference(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(23, 17))
+	num := func() string {
+		if r.IntN(6) == 0 { // malformed or null
+			return []string{"-1", "1.5", "1e2", `"4"`, "null", "true", "{}"}[r.IntN(7)]
+		}
+		return []string{"0", "3", "17", "290", "9223372036854775807"}[r.IntN(5)]
+	}
+	pick := func(names ...string) string { return names[r.IntN(len(names))] }
+	var member func(depth int) string
+	object := func(depth int) string {
+		var b strings.Builder
+		b.WriteByte('{')
+		for i := range r.IntN(5) {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(member(depth + 1))
+		}
+		b.WriteByte('}')
+		return b.String()
+	}
+	array := func(depth int) string {
+		var b strings.Builder
+		b.WriteByte('[')
+		for i := range r.IntN(4) {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			switch r.IntN(6) {
+			case 0:
+				b.WriteString(num())
+			case 1, 2: // an element as the rules read it, plus whatever follows
+				inner := object(depth + 1)
+				lead := pick(`"type":"compaction","input_tokens":`, `"type":"message","output_tokens":`, `"type":"advisor_message","input_tokens":`,
+					`"embeddings":{"statistics":{"token_count":`+num()+`}},"x":`) + num()
+				if inner == "{}" {
+					b.WriteString("{" + lead + "}")
+				} else {
+					b.WriteString("{" + lead + "," + inner[1:])
+				}
+			default:
+				b.WriteString(object(depth + 1))
+			}
+		}
+		b.WriteByte(']')
+		return b.String()
+	}
+	member = func(depth int) string {
+		name := pick("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
+			"prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "reasoning_tokens", "prompt_cache_hit_tokens",
+			"total_input_tokens", "total_output_tokens", "total_thought_tokens", "total_tool_use_tokens", "total_cached_tokens",
+			"token_count", "type", "iterations", "prompt_tokens_details", "completion_tokens_details", "input_tokens_details",
+			"output_tokens_details", "embeddings", "statistics", "text")
+		var v string
+		switch {
+		case name == "type":
+			v = pick(`"compaction"`, `"message"`, `"advisor_message"`, `"mess\u0061ge"`, `1`, `null`)
+		case depth > 5:
+			v = num()
+		case name == "iterations" || r.IntN(8) == 0:
+			v = array(depth)
+		case strings.HasSuffix(name, "_details") && r.IntN(2) == 0:
+			v = `{"` + pick("cached_tokens", "reasoning_tokens") + `":` + num() + `}`
+		case strings.HasSuffix(name, "_details") || name == "embeddings" || name == "statistics" || r.IntN(8) == 0:
+			v = object(depth)
+		default:
+			v = num()
+		}
+		return `"` + name + `":` + v
+	}
+	statReported, statBreakdown := 0, 0
+	defer func() {
+		// The generator must keep making reports, breakdowns included.
+		assert.Greater(t, statReported, 1000)
+		assert.Greater(t, statBreakdown, 100)
+		t.Logf("reported %d, with a breakdown %d", statReported, statBreakdown)
+	}()
+	for range 3000 {
+		report := object(1)
+		lead := `"` + pick("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "total_input_tokens", "total_output_tokens") + `":` + num()
+		if report == "{}" {
+			report = "{" + lead + "}"
+		} else {
+			report = "{" + lead + "," + report[1:]
+		}
+		var doc string
+		switch r.IntN(6) {
+		case 0:
+			doc = `{"usage":` + report + `}`
+		case 1:
+			doc = `{"type":"message_delta","usage":` + report + `,"usage":` + object(1) + `}`
+		case 2:
+			doc = `{"event_type":"` + pick("interaction.completed", "interaction.start") + `","interaction":{"usage":` + report + `}}`
+		case 3:
+			doc = `{"predictions":` + array(1) + `}`
+		case 4:
+			doc = `[{"type":"response.completed","response":{"usage":` + report + `}},{"usage":` + object(1) + `}]`
+		default:
+			doc = `{"choices":[],"usage":` + report + `,"usageMetadata":` + object(1) + `}`
+		}
+		if ref := usageref.Body("application/json", []byte(doc)); ref.Reported {
+			statReported++
+			if ref.Cached > 0 || ref.Reasoning > 0 || ref.CacheWrite > 0 {
+				statBreakdown++
+			}
+		}
+		checkAgainstRef(t, "application/json", []byte(doc), uint8(1+r.IntN(40)))
+		checkAgainstRef(t, "text/event-stream", []byte("data: "+doc+"\n\n"), uint8(1+r.IntN(40)))
+	}
 }
