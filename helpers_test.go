@@ -135,5 +135,6 @@ func wantUsage(f fixture) (llmrate.Usage, bool) {
 	if f.Input == nil {
 		return llmrate.Usage{}, false
 	}
-	return llmrate.Usage{InputTokens: *f.Input, OutputTokens: *f.Output}, true
+	return llmrate.Usage{InputTokens: *f.Input, OutputTokens: *f.Output,
+		CachedInputTokens: f.Cached, CacheWriteTokens: f.CacheW, ReasoningTokens: f.Reasoning}, true
 }

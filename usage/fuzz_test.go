@@ -29,7 +29,8 @@ func addFixtureSeeds(f *testing.F, ct string) {
 // a byte that is not UTF-8 as one, encoding/json as U+FFFD (three).
 func agrees(got usage.Result, want usageref.Result, body []byte) string {
 	switch {
-	case got.Reported != want.Reported || got.Usage != (usage.Usage{InputTokens: want.Input, OutputTokens: want.Output}):
+	case got.Reported != want.Reported || got.Usage != (usage.Usage{InputTokens: want.Input, OutputTokens: want.Output,
+		CachedInputTokens: want.Cached, CacheWriteTokens: want.CacheWrite, ReasoningTokens: want.Reasoning}):
 		return "usage"
 	case got.Final != want.Final || got.InputReported != want.InputReported:
 		return "final/input flags"
@@ -76,6 +77,13 @@ func FuzzUsageJSON(f *testing.F) {
 		`{"done":true,"prompt_eval_count":1,"eval_count":2}`,
 		`{"choices":[{"delta":{"content":"caf\u00e9 \ud83d\ude00 \ud800x \"q\" \n"}}]}`,
 		`{"content":"a","content":"b","x":{"text":["no"],"reasoning":"yes"}}`,
+		`{"usage":{"input_tokens":1,"output_tokens":2,"iterations":[{"type":"compaction","input_tokens":5,"cache_read_input_tokens":3,"output_tokens":4},{"type":"advisor_message","input_tokens":9},{"type":"message","input_tokens":1,"output_tokens":2}]}}`,
+		`{"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":9,"prompt_tokens_details":{"cached_tokens":2},"completion_tokens_details":{"reasoning_tokens":5},"prompt_cache_hit_tokens":1}}`,
+		`{"usage":{"input_tokens":8,"output_tokens":4,"input_tokens_details":{"cached_tokens":6},"output_tokens_details":{"reasoning_tokens":3}}}`,
+		`{"object":"interaction","usage":{"total_input_tokens":3,"total_output_tokens":4,"total_thought_tokens":5,"total_tool_use_tokens":6,"total_cached_tokens":2}}`,
+		`{"event_type":"interaction.completed","interaction":{"usage":{"total_input_tokens":3,"total_output_tokens":4}}}`,
+		`{"predictions":[{"embeddings":{"statistics":{"token_count":6}}},{"embeddings":{"statistics":{"token_count":7}}}]}`,
+		`{"usageMetadata":{"promptTokenCount":9,"cachedContentTokenCount":8,"thoughtsTokenCount":2}}`,
 	} {
 		f.Add([]byte(s), uint8(3))
 	}
@@ -95,6 +103,9 @@ func FuzzUsageSSE(f *testing.F) {
 		"data: {\"usage\":{\"prompt_tokens\":1}}",
 		"\xEF\xBB\xBFdata: {\"usage\":{\"prompt_tokens\":2}}\n\n",
 		"event: x\ndata\ndata: {}\n\n",
+		"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":2,\"iterations\":[{\"type\":\"compaction\",\"input_tokens\":5},{\"type\":\"message\",\"output_tokens\":2}]}}\n\n",
+		"data: {\"event_type\":\"interaction.completed\",\"interaction\":{\"usage\":{\"total_input_tokens\":3,\"total_thought_tokens\":4}}}\n\n",
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":9,\"completion_tokens_details\":{\"reasoning_tokens\":5}}}\n\n",
 	} {
 		f.Add([]byte(s), uint8(2))
 	}

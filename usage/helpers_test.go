@@ -30,7 +30,7 @@ func wantUsage(f fixture) (usage.Usage, bool) {
 	if f.Input == nil {
 		return usage.Usage{}, false
 	}
-	return usage.Usage{InputTokens: *f.Input, OutputTokens: *f.Output}, true
+	return usage.Usage{InputTokens: *f.Input, OutputTokens: *f.Output, CachedInputTokens: f.Cached, CacheWriteTokens: f.CacheW, ReasoningTokens: f.Reasoning}, true
 }
 
 // scan feeds body to a new scanner in writes of split bytes and finishes.

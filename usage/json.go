@@ -22,12 +22,22 @@ const maxJSONDepth = 10000
 type nodeKind uint8
 
 const (
-	nkOther     nodeKind = iota
-	nkRoot               // the document's top-level object (slotRoot's report too)
-	nkContainer          // D.member of a row whose report is in a sub member
-	nkReport             // a report object
-	nkTokens             // a report's tokens object (Cohere)
-	nkBilled             // a report's billed_units object (Cohere)
+	nkOther         nodeKind = iota
+	nkRoot                   // the document's top-level object (slotRoot's report too)
+	nkContainer              // D.member of a row whose report is in a sub member
+	nkReport                 // a report object
+	nkTokens                 // a report's tokens object (Cohere)
+	nkBilled                 // a report's billed_units object (Cohere)
+	nkPromptDetails          // a report's prompt_tokens_details object
+	nkComplDetails           // a report's completion_tokens_details object
+	nkInDetails              // a report's input_tokens_details object
+	nkOutDetails             // a report's output_tokens_details object
+	nkIteration              // an element of a report's iterations array
+	nkPrediction             // an element of D.predictions
+	nkEmbeddings             // a prediction's embeddings object
+	nkStatistics             // embeddings.statistics
+	nkIterations             // a report's iterations array (pending only)
+	nkPredictions            // D.predictions (pending only)
 )
 
 // node is a tracked object: its kind and the row it belongs to.
@@ -43,21 +53,32 @@ const rootNode = node(nkRoot)<<4 | node(slotRoot)
 type pending uint8
 
 const (
-	pNone    pending = iota
-	pNode            // if an object, it is node pNode
-	pField           // counted field pField of row pSlot
-	pType            // D.type
-	pDone            // D.done
-	pChoices         // D.choices (to tell OpenAI's usage-only chunk)
+	pNone      pending = iota
+	pNode              // if an object, it is node pNode
+	pField             // counted field pField of row pSlot
+	pType              // D.type
+	pDone              // D.done
+	pChoices           // D.choices (to tell OpenAI's usage-only chunk)
+	pEventType         // D.event_type
+	pElemType          // the type of an iteration
 )
 
 // capture is where a string's decoded bytes are copied.
 type capture uint8
 
 const (
-	capNone capture = iota
-	capKey          // a member name
-	capType         // D.type
+	capNone      capture = iota
+	capKey               // a member name
+	capType              // D.type: docState.str[strType]
+	capEventType         // D.event_type: docState.str[strEventType]
+	capElemType          // an iteration's type: docState.str[strElemType]
+)
+
+// The captured strings of a document, docState.str[capture - capType].
+const (
+	strType = iota
+	strEventType
+	strElemType
 )
 
 // parseState is the parser's position in the JSON grammar.
@@ -93,15 +114,34 @@ const (
 	nExp                   // exponent digits
 )
 
+// shortString is a captured string value, kept up to 24 bytes.
+type shortString struct {
+	b    [24]byte
+	n    uint8
+	over bool // longer than b
+	ok   bool // the value is a string
+}
+
+func (t *shortString) add(s []byte) {
+	c := copy(t.b[t.n:], s)
+	t.n += uint8(c)
+	t.over = t.over || c < len(s)
+}
+
+// is reports whether the value is the string s.
+func (t *shortString) is(s string) bool { return t.ok && !t.over && string(t.b[:t.n]) == s }
+
+// hasPrefix reports whether the value is a string starting with s.
+func (t *shortString) hasPrefix(s string) bool {
+	return t.ok && int(t.n) >= len(s) && string(t.b[:len(s)]) == s
+}
+
 // docState is what one document says at the rows of paths.
 type docState struct {
 	slots        [numSlots]report
-	dirty        uint16 // slots a member named: to apply, then clear on reset
-	rootObj      bool   // the document is an object
-	typ          [24]byte
-	typLen       uint8
-	typOver      bool
-	typString    bool // D.type is a string
+	dirty        uint16         // slots a member named: to apply, then clear on reset
+	rootObj      bool           // the document is an object
+	str          [3]shortString // D.type, D.event_type, the current iteration's type
 	done         bool
 	gen          int64 // generated text bytes
 	choicesAt    int32 // depth of the open D.choices array, 0 when none
@@ -111,17 +151,19 @@ type docState struct {
 func (d *docState) reset() {
 	for s := 0; d.dirty != 0; s++ {
 		if d.dirty&(1<<s) != 0 {
-			d.slots[s] = report{}
+			d.slots[s].reportState = reportState{}
 			d.dirty &^= 1 << s
 		}
 	}
-	d.typLen, d.typOver, d.typString, d.done, d.rootObj = 0, false, false, false, false
+	d.str[strType].n, d.str[strType].over, d.str[strType].ok = 0, false, false
+	d.str[strEventType].n, d.str[strEventType].over, d.str[strEventType].ok = 0, false, false
+	d.done, d.rootObj = false, false
 	d.gen, d.choicesAt, d.choicesEmpty = 0, 0, false
 }
 
 func (d *docState) clearSlot(s slot) {
 	if d.dirty&(1<<s) != 0 {
-		d.slots[s] = report{}
+		d.slots[s].reportState = reportState{}
 	}
 	d.dirty |= 1 << s
 }
@@ -134,7 +176,12 @@ type jsonScan struct {
 	arrayDocs      bool
 	depth          int32
 	isArr          [maxJSONDepth/8 + 1]uint8 // bit per depth: container is an array
-	nodes          [6]node                   // node of the object at depth 1..5
+	nodes          [8]node                   // node of the object at depth 1..7
+	// elemAt: the depth of the array whose elements are elemNode objects
+	// (a report's iterations, D.predictions), 0 when none is open;
+	// elemObjAt: the depth of the element object being read, 0 when none.
+	elemAt, elemObjAt int32
+	elemNode          node
 
 	// the value about to be parsed
 	pend   pending
@@ -180,6 +227,7 @@ func (p *jsonScan) resetDoc() {
 	p.depth = 0
 	p.arrayDocs = false
 	p.pend, p.text, p.counting = pNone, false, false
+	p.elemAt, p.elemObjAt = 0, 0
 	p.doc.reset()
 }
 
@@ -534,6 +582,9 @@ func (p *jsonScan) afterValue(b []byte, i int) int {
 	switch c := b[i]; {
 	case c == ',' && arr:
 		p.state, p.pend = sValue, pNone
+		if p.depth == p.elemAt {
+			p.pend, p.pNode = pNode, p.elemNode
+		}
 		if p.arrayDocs && p.depth == 1 {
 			p.pend, p.pNode = pNode, rootNode
 		}
@@ -544,7 +595,16 @@ func (p *jsonScan) afterValue(b []byte, i int) int {
 			return i + 2
 		}
 	case c == ']' && arr, c == '}' && !arr:
-		p.closeContainer()
+		// closeContainer, written out: this is the common close, and a
+		// call here costs more than the checks.
+		if p.depth == p.doc.choicesAt {
+			p.doc.choicesAt = 0
+		}
+		if p.elemAt != 0 {
+			p.closeInElems()
+		}
+		p.depth--
+		p.valueDone()
 		return p.nextKey(b, i+1)
 	default:
 		p.state = sBad
@@ -573,10 +633,7 @@ func (p *jsonScan) capture(s []byte) {
 		p.keyOver = p.keyOver || n < len(s)
 		return
 	}
-	d := &p.doc
-	n := copy(d.typ[d.typLen:], s)
-	d.typLen += uint8(n)
-	d.typOver = d.typOver || n < len(s)
+	p.doc.str[p.strCap-capType].add(s)
 }
 
 // beginValue starts the value whose first byte is c.
@@ -602,8 +659,11 @@ func (p *jsonScan) beginValue(c byte) {
 		case pField:
 			p.setField(stBad, 0)
 		case pType:
-			p.doc.typString = true
-			p.strCap = capType
+			p.doc.str[strType].ok, p.strCap = true, capType
+		case pEventType:
+			p.doc.str[strEventType].ok, p.strCap = true, capEventType
+		case pElemType:
+			p.doc.str[strElemType].ok, p.strCap = true, capElemType
 		}
 	case c == '-' || isDigit(c):
 		// numPlain tracks the value only where it is a counted field.
@@ -655,6 +715,9 @@ func (p *jsonScan) openContainer(arr bool) {
 		if p.arrayDocs && d == 1 {
 			p.pend, p.pNode = pNode, rootNode
 		}
+		if pend == pNode && (nd.kind() == nkIterations || nd.kind() == nkPredictions) {
+			p.openElems(d, nd)
+		}
 		return
 	}
 	p.isArr[d>>3] &^= 1 << (d & 7)
@@ -675,14 +738,88 @@ func (p *jsonScan) openContainer(arr bool) {
 			r.tokensObj = true
 		case nkBilled:
 			r.billedObj = true
+		case nkIteration:
+			p.elemObjAt = d
+			p.doc.str[strElemType] = shortString{}
+			r.st[fElIn], r.st[fElCacheCreate], r.st[fElCacheRead], r.st[fElOut] = stAbsent, stAbsent, stAbsent, stAbsent
+		case nkPrediction:
+			p.elemObjAt = d
+			r.st[fElTokenCount] = stAbsent
 		}
 	}
 	p.nodes[d] = n
 }
 
+// openElems starts the array at depth d whose elements are read one by one:
+// a report's iterations, or D.predictions (whose array is the report).
+func (p *jsonScan) openElems(d int32, nd node) {
+	s := nd.slot()
+	el := nkIteration
+	if nd.kind() == nkPredictions {
+		el = nkPrediction
+		p.doc.slots[s].obj = true
+	}
+	p.elemAt, p.elemNode = d, mkNode(el, s)
+	p.pend, p.pNode = pNode, p.elemNode
+}
+
+// closeInElems handles a container closing while an array of elements is
+// open: the element itself, or the array.
+func (p *jsonScan) closeInElems() {
+	switch p.depth {
+	case p.elemObjAt:
+		p.endElem()
+		p.elemObjAt = 0
+	case p.elemAt:
+		p.elemAt = 0
+	}
+}
+
+// endElem adds the element just closed to its report: a prediction's
+// token_count to the sum, an iteration's counts to the sums when its type
+// is compaction or message.
+func (p *jsonScan) endElem() {
+	s := p.elemNode.slot()
+	r := &p.doc.slots[s]
+	if p.elemNode.kind() == nkPrediction {
+		switch r.st[fElTokenCount] {
+		case stBad:
+			r.st[fVETokens] = stBad
+		case stOK:
+			switch r.st[fVETokens] {
+			case stOK:
+				r.v[fVETokens] = satAdd(r.v[fVETokens], r.v[fElTokenCount])
+			case stAbsent:
+				r.st[fVETokens], r.v[fVETokens] = stOK, r.v[fElTokenCount]
+			}
+		}
+		return
+	}
+	if t := &p.doc.str[strElemType]; !t.is("compaction") && !t.is("message") {
+		return // other iterations (advisor_message, …) are billed elsewhere
+	}
+	r.iterSeen = true
+	for i := range field(4) {
+		switch r.st[fElIn+i] {
+		case stBad:
+			r.iterBad = true
+		case stOK:
+			if r.st[fItIn+i] == stOK {
+				r.v[fItIn+i] = satAdd(r.v[fItIn+i], r.v[fElIn+i])
+			} else {
+				r.st[fItIn+i], r.v[fItIn+i] = stOK, r.v[fElIn+i]
+			}
+		}
+	}
+}
+
+// closeContainer ends the innermost container (afterValue has a copy).
 func (p *jsonScan) closeContainer() {
 	if p.depth == p.doc.choicesAt {
 		p.doc.choicesAt = 0
+	}
+	if p.elemAt != 0 {
+		p.closeInElems()
 	}
 	p.depth--
 	p.valueDone()
@@ -830,6 +967,61 @@ func (p *jsonScan) onKey(name []byte, w uint64) {
 		case fOutput:
 			p.expectField(n.slot(), out)
 		}
+	case nkPromptDetails, nkComplDetails, nkInDetails, nkOutDetails, nkIteration, nkPrediction, nkEmbeddings, nkStatistics:
+		p.subKey(n, m)
+	}
+}
+
+// subKey handles a member of an object inside a report or an element: a
+// details object, an iteration, a prediction and its embeddings.
+func (p *jsonScan) subKey(n node, m *member) {
+	s := n.slot()
+	r := &p.doc.slots[s]
+	switch n.kind() {
+	case nkPromptDetails:
+		if m.role == roleCachedTokens {
+			p.expectField(s, fOACached)
+		}
+	case nkComplDetails:
+		if m.role == roleReasoningTokens {
+			p.expectField(s, fOAReasoning)
+		}
+	case nkInDetails:
+		if m.role == roleCachedTokens {
+			p.expectField(s, fRCached)
+		}
+	case nkOutDetails:
+		if m.role == roleReasoningTokens {
+			p.expectField(s, fRReasoning)
+		}
+	case nkIteration:
+		switch {
+		case m.role == roleType:
+			p.doc.str[strElemType] = shortString{}
+			p.pend = pElemType
+		case m.field == fInput:
+			p.expectField(s, fElIn)
+		case m.field == fCacheCreate:
+			p.expectField(s, fElCacheCreate)
+		case m.field == fCacheRead:
+			p.expectField(s, fElCacheRead)
+		case m.field == fOutput:
+			p.expectField(s, fElOut)
+		}
+	case nkPrediction:
+		if m.role == roleEmbeddings {
+			r.st[fElTokenCount] = stAbsent
+			p.pend, p.pNode = pNode, mkNode(nkEmbeddings, s)
+		}
+	case nkEmbeddings:
+		if m.role == roleStatistics {
+			r.st[fElTokenCount] = stAbsent
+			p.pend, p.pNode = pNode, mkNode(nkStatistics, s)
+		}
+	case nkStatistics:
+		if m.role == roleTokenCount {
+			p.expectField(s, fElTokenCount)
+		}
 	}
 }
 
@@ -838,16 +1030,22 @@ func (p *jsonScan) rootKey(m *member) {
 	d := &p.doc
 	if s := m.row; s != slotNone {
 		k := nkReport
-		if paths[s].sub != "" {
+		switch {
+		case paths[s].sub != "":
 			k = nkContainer
+		case paths[s].elems:
+			k = nkPredictions
 		}
 		p.expectNode(k, s)
 		return
 	}
 	switch m.role {
 	case roleType:
-		d.typLen, d.typOver, d.typString = 0, false, false
+		d.str[strType] = shortString{}
 		p.pend = pType
+	case roleEventType:
+		d.str[strEventType] = shortString{}
+		p.pend = pEventType
 	case roleDone:
 		d.done = false
 		p.pend = pDone
@@ -874,6 +1072,27 @@ func (p *jsonScan) reportKey(s slot, m *member) {
 		r.billedObj = false
 		r.st[fBillIn], r.st[fBillOut] = stAbsent, stAbsent
 		p.pend, p.pNode = pNode, mkNode(nkBilled, s)
+		return
+	case roleIterations:
+		// A repeated member replaces what an earlier one said.
+		r.iterSeen, r.iterBad = false, false
+		for f := fItIn; f <= fItOut; f++ {
+			r.st[f] = stAbsent
+		}
+		p.pend, p.pNode = pNode, mkNode(nkIterations, s)
+		return
+	case rolePromptDetails, roleComplDetails, roleInDetails, roleOutDetails:
+		k, f := nkPromptDetails, fOACached
+		switch m.role {
+		case roleComplDetails:
+			k, f = nkComplDetails, fOAReasoning
+		case roleInDetails:
+			k, f = nkInDetails, fRCached
+		case roleOutDetails:
+			k, f = nkOutDetails, fRReasoning
+		}
+		r.st[f] = stAbsent
+		p.pend, p.pNode = pNode, mkNode(k, s)
 		return
 	}
 	f := m.field

@@ -9,7 +9,9 @@ import (
 // its fields count, which member names let the SSE fast path rule a report
 // out, and which members hold generated text. Adding a provider path is one
 // row in paths (plus a fixture under testdata/usage at the module root);
-// a new way of counting fields is one style.
+// a new way of counting fields is one style. What each kept value adds to
+// and which breakdown field of Usage it is part of (cache reads, cache
+// writes, reasoning) are keptCounts and keptKinds.
 
 // slot identifies a row of paths: one place a report may be.
 type slot uint8
@@ -25,6 +27,8 @@ const (
 	slotGemini             // D.usageMetadata
 	slotRoot               // D itself         if D.done == true
 	slotBedrockInvoke      // D["amazon-bedrock-invocationMetrics"]
+	slotInteraction        // D.interaction.usage if D.event_type == "interaction.completed"
+	slotPredictions        // D.predictions (an array)
 	numSlots
 )
 
@@ -32,10 +36,11 @@ const (
 type cond uint8
 
 const (
-	always     cond = iota
-	typeIs          // D.type is the string arg
-	typePrefix      // D.type is a string starting with arg
-	doneTrue        // D.done is true
+	always      cond = iota
+	typeIs           // D.type is the string arg
+	eventTypeIs      // D.event_type is the string arg
+	typePrefix       // D.type is a string starting with arg
+	doneTrue         // D.done is true
 )
 
 // style says how a report's fields count.
@@ -54,6 +59,9 @@ const (
 	// a Claude stream's message_delta and its invocationMetrics are never
 	// added together.
 	styleInvocationMetrics
+	// styleVertexEmbed: Vertex AI text embeddings, the sum of
+	// predictions[].embeddings.statistics.token_count as input.
+	styleVertexEmbed
 )
 
 // path is one place a usage report may be, in document D.
@@ -64,6 +72,7 @@ type path struct {
 	arg     string // cond's argument
 	style   style
 	partial bool // a report here never states the whole usage
+	elems   bool // D.member is an array whose elements hold the report's counts
 	// markers: member names one of which an event must spell (quoted) to
 	// hold this report; an event with none of them is skipped unparsed.
 	markers []string
@@ -80,6 +89,8 @@ var paths = [numSlots]path{
 	slotGemini:        {member: "usageMetadata", style: styleGemini, markers: []string{"usageMetadata"}},                                                  // Gemini, Vertex AI
 	slotRoot:          {when: doneTrue, style: styleOllama, markers: []string{"prompt_eval_count", "eval_count"}},                                         // Ollama native
 	slotBedrockInvoke: {member: "amazon-bedrock-invocationMetrics", style: styleInvocationMetrics, markers: []string{"amazon-bedrock-invocationMetrics"}}, // Bedrock InvokeModel(WithResponseStream)
+	slotInteraction:   {member: "interaction", sub: "usage", when: eventTypeIs, arg: "interaction.completed", markers: []string{"usage"}},                 // Gemini Interactions stream
+	slotPredictions:   {member: "predictions", style: styleVertexEmbed, elems: true, markers: []string{"predictions"}},                                    // Vertex AI text embeddings
 }
 
 // textMembers are the members whose string values are generated text, at
@@ -106,18 +117,36 @@ type member struct {
 type keyRole uint8
 
 const (
-	roleNone    keyRole = iota
-	roleType            // D.type (typeIs, typePrefix)
-	roleDone            // D.done (doneTrue)
-	roleChoices         // D.choices (tells OpenAI's usage-only chunk)
-	roleTokens          // a report's tokens object (Cohere)
-	roleBilled          // a report's billed_units object (Cohere)
+	roleNone            keyRole = iota
+	roleType                    // D.type (typeIs, typePrefix)
+	roleDone                    // D.done (doneTrue)
+	roleChoices                 // D.choices (tells OpenAI's usage-only chunk)
+	roleTokens                  // a report's tokens object (Cohere)
+	roleBilled                  // a report's billed_units object (Cohere)
+	roleEventType               // D.event_type (eventTypeIs)
+	roleIterations              // a report's iterations array (Anthropic compaction)
+	rolePromptDetails           // a report's prompt_tokens_details object
+	roleComplDetails            // a report's completion_tokens_details object
+	roleInDetails               // a report's input_tokens_details object
+	roleOutDetails              // a report's output_tokens_details object
+	roleCachedTokens            // cached_tokens in prompt_ or input_tokens_details
+	roleReasoningTokens         // reasoning_tokens in completion_ or output_tokens_details
+	roleEmbeddings              // a prediction's embeddings object (Vertex AI)
+	roleStatistics              // embeddings.statistics
+	roleTokenCount              // statistics.token_count
 )
 
 var roleNames = [...]struct {
 	name string
 	role keyRole
-}{{"type", roleType}, {"done", roleDone}, {"choices", roleChoices}, {"tokens", roleTokens}, {"billed_units", roleBilled}}
+}{
+	{"type", roleType}, {"done", roleDone}, {"choices", roleChoices}, {"tokens", roleTokens}, {"billed_units", roleBilled},
+	{"event_type", roleEventType}, {"iterations", roleIterations},
+	{"prompt_tokens_details", rolePromptDetails}, {"completion_tokens_details", roleComplDetails},
+	{"input_tokens_details", roleInDetails}, {"output_tokens_details", roleOutDetails},
+	{"cached_tokens", roleCachedTokens}, {"reasoning_tokens", roleReasoningTokens},
+	{"embeddings", roleEmbeddings}, {"statistics", roleStatistics}, {"token_count", roleTokenCount},
+}
 
 // maxMemberLen is the longest name in members; the parser keeps at most
 // this many bytes of a name.
@@ -128,7 +157,7 @@ const maxMemberLen = 32
 // case, usually costs one hash and no comparison.
 var (
 	members     = []member{{}}
-	memberIndex [256]uint8
+	memberIndex [memberSlots]uint8
 )
 
 // nameWord returns the first eight bytes of b[:n] as a little-endian word
@@ -146,8 +175,12 @@ func nameWord(b []byte, n int) uint64 {
 	return w
 }
 
+// memberSlots is the size of memberIndex: eight times the names or more,
+// so that a name no table holds seldom meets one that it does.
+const memberSlots = 512
+
 func memberHash(w uint64, n int) uint {
-	return uint((w^uint64(n))*0x9E3779B97F4A7C15>>56) & 255
+	return uint((w^uint64(n))*0x9E3779B97F4A7C15>>55) & (memberSlots - 1)
 }
 
 // lookupMember returns what name means, or nil when it means nothing; w
@@ -156,7 +189,7 @@ func lookupMember(name []byte, w uint64) *member {
 	if len(name) == 0 || len(name) > maxMemberLen {
 		return nil
 	}
-	for h := memberHash(w, len(name)); ; h = (h + 1) & 255 {
+	for h := memberHash(w, len(name)); ; h = (h + 1) & (memberSlots - 1) {
 		i := memberIndex[h]
 		if i == 0 {
 			return nil
@@ -178,7 +211,7 @@ func memberFor(name string) *member {
 	}
 	h := memberHash(w, len(name))
 	for memberIndex[h] != 0 {
-		h = (h + 1) & 255
+		h = (h + 1) & (memberSlots - 1)
 	}
 	if len(members) == 255 {
 		panic("usage: too many member names")
@@ -237,6 +270,28 @@ const (
 	fBillOut                       // billed_units.output_tokens
 	fIMInput                       // inputTokenCount (invocationMetrics)
 	fIMOutput                      // outputTokenCount (invocationMetrics)
+	fTotal                         // total_tokens (xAI's rule)
+	fDSHit                         // prompt_cache_hit_tokens (DeepSeek)
+	fOACached                      // prompt_tokens_details.cached_tokens
+	fOAReasoning                   // completion_tokens_details.reasoning_tokens
+	fRCached                       // input_tokens_details.cached_tokens (Responses)
+	fRReasoning                    // output_tokens_details.reasoning_tokens (Responses)
+	fGCached                       // cachedContentTokenCount (Gemini)
+	fITIn                          // total_input_tokens (Interactions)
+	fITOut                         // total_output_tokens
+	fITThought                     // total_thought_tokens
+	fITTool                        // total_tool_use_tokens
+	fITCached                      // total_cached_tokens
+	fElIn                          // input_tokens of the iteration being read
+	fElCacheCreate                 // cache_creation_input_tokens of it
+	fElCacheRead                   // cache_read_input_tokens of it
+	fElOut                         // output_tokens of it
+	fItIn                          // the sums over counted iterations: input_tokens,
+	fItCacheCreate                 // cache_creation_input_tokens,
+	fItCacheRead                   // cache_read_input_tokens,
+	fItOut                         // output_tokens
+	fElTokenCount                  // token_count of the prediction being read
+	fVETokens                      // the sum of the predictions' token_count
 	numFields
 	noField field = 255
 )
@@ -271,6 +326,14 @@ var fieldNames = [...]struct {
 	{"eval_count", fOEval, styleOllama},
 	{"inputTokenCount", fIMInput, styleInvocationMetrics},
 	{"outputTokenCount", fIMOutput, styleInvocationMetrics},
+	{"total_tokens", fTotal, styleByKeys},
+	{"prompt_cache_hit_tokens", fDSHit, styleByKeys},
+	{"cachedContentTokenCount", fGCached, styleGemini},
+	{"total_input_tokens", fITIn, styleByKeys},
+	{"total_output_tokens", fITOut, styleByKeys},
+	{"total_thought_tokens", fITThought, styleByKeys},
+	{"total_tool_use_tokens", fITTool, styleByKeys},
+	{"total_cached_tokens", fITCached, styleByKeys},
 }
 
 // fieldState is what a counted field's value was.
@@ -284,19 +347,29 @@ const (
 )
 
 // report is one candidate usage report: what the parser saw at one row of
-// paths in one document.
+// paths in one document. Only its reportState is cleared between
+// documents: a value in v is read only where st says stOK.
 type report struct {
+	reportState
+	v [numFields]int64
+}
+
+type reportState struct {
 	obj       bool   // the path held a JSON object
 	tokensObj bool   // member "tokens" holds an object (Cohere)
 	billedObj bool   // member "billed_units" holds an object (Cohere)
-	keys      uint32 // 1<<field for every counted member name present
-	st        [numFields]fieldState
-	v         [numFields]int64
+	keys      uint64 // 1<<field for every counted member name present
+	// iterSeen: member iterations held at least one object of type
+	// compaction or message (their counts are summed in fIt…); iterBad:
+	// one of those had a malformed count.
+	iterSeen, iterBad bool
+	st                [numFields]fieldState
 }
 
 func (r *report) has(f field) bool { return r.st[f] == stOK || r.st[f] == stBad }
 
-// kept is one combined value: one per counted field per style; last wins.
+// kept is one combined value: one per counted field per style, and one
+// per breakdown field a style reads beside its counted fields; last wins.
 type kept uint8
 
 const (
@@ -318,10 +391,53 @@ const (
 	kGEThoughts
 	kOLIn
 	kOLOut
+	kITIn
+	kITTool
+	kITOut
+	kITThought
+	kVEIn
+	// breakdown fields that are not counted fields: they are inside the
+	// counted ones already.
+	kOACached
+	kOAReasoning
+	kANCachedDetail
+	kANReasoningDetail
+	kGECached
+	kITCached
 	numKept
 )
 
-var keptIsOutput = [numKept]bool{kOAOut: true, kANOut: true, kBROut: true, kCOOut: true, kGECand: true, kGEThoughts: true, kOLOut: true}
+// keptCounts says what a kept value adds to: Usage.InputTokens (in),
+// Usage.OutputTokens (out), or neither (a breakdown field only).
+const (
+	toNone uint8 = iota
+	toIn
+	toOut
+)
+
+var keptCounts = [numKept]uint8{
+	kOAIn: toIn, kOAOut: toOut, kANIn: toIn, kANCacheC: toIn, kANCacheR: toIn, kANOut: toOut,
+	kBRIn: toIn, kBRCacheR: toIn, kBRCacheW: toIn, kBROut: toOut, kCOIn: toIn, kCOOut: toOut,
+	kGEPrompt: toIn, kGETool: toIn, kGECand: toOut, kGEThoughts: toOut, kOLIn: toIn, kOLOut: toOut,
+	kITIn: toIn, kITTool: toIn, kITOut: toOut, kITThought: toOut, kVEIn: toIn,
+}
+
+// keptKind says which breakdown field of Usage a kept value is part of.
+const (
+	kindNone uint8 = iota
+	kindCached
+	kindCacheWrite
+	kindReasoning
+)
+
+// keptKinds is the breakdown table (DESIGN §17): cache reads, cache
+// writes and reasoning, per style.
+var keptKinds = [numKept]uint8{
+	kANCacheR: kindCached, kANCachedDetail: kindCached, kBRCacheR: kindCached,
+	kOACached: kindCached, kGECached: kindCached, kITCached: kindCached,
+	kANCacheC: kindCacheWrite, kBRCacheW: kindCacheWrite,
+	kOAReasoning: kindReasoning, kANReasoningDetail: kindReasoning, kGEThoughts: kindReasoning, kITThought: kindReasoning,
+}
 
 // pair binds a report's field to the kept value it overwrites.
 type pair struct {
@@ -335,27 +451,48 @@ type pair struct {
 type accumulator struct {
 	any   bool
 	final bool
-	have  [numKept]bool
-	v     [numKept]int64
+	have  uint32 // 1<<k for every kept value k held
 	gen   int64
+	v     [numKept]int64 // read only where have says so
 }
+
+// accumulator.have holds a bit per kept value.
+var _ [32 - numKept]struct{}
+
+// reset empties a for a new body.
+func (a *accumulator) reset() { a.any, a.final, a.have, a.gen = false, false, 0, 0 }
 
 func (a *accumulator) result() Result {
 	r := Result{Reported: a.any, Final: a.final, GeneratedBytes: a.gen}
 	if !a.any {
 		return r
 	}
-	for k := range a.v {
-		if !a.have[k] {
-			continue
-		}
-		if keptIsOutput[k] {
-			r.Usage.OutputTokens = satAdd(r.Usage.OutputTokens, a.v[k])
-		} else {
+	u := &r.Usage
+	var cached, write, reasoning int64
+	for m := a.have; m != 0; m &= m - 1 {
+		k := bits.TrailingZeros32(m)
+		v := a.v[k]
+		switch keptCounts[k] {
+		case toIn:
 			r.InputReported = true
-			r.Usage.InputTokens = satAdd(r.Usage.InputTokens, a.v[k])
+			u.InputTokens = satAdd(u.InputTokens, v)
+		case toOut:
+			u.OutputTokens = satAdd(u.OutputTokens, v)
+		}
+		switch keptKinds[k] {
+		case kindCached:
+			cached = satAdd(cached, v)
+		case kindCacheWrite:
+			write = satAdd(write, v)
+		case kindReasoning:
+			reasoning = satAdd(reasoning, v)
 		}
 	}
+	// The breakdown is inside the totals: a body that says otherwise is
+	// held to them.
+	u.CachedInputTokens = min(cached, u.InputTokens)
+	u.CacheWriteTokens = min(write, u.InputTokens-u.CachedInputTokens)
+	u.ReasoningTokens = min(reasoning, u.OutputTokens)
 	return r
 }
 
@@ -374,25 +511,48 @@ func (a *accumulator) commit(r *report, pairs ...pair) bool {
 	if n == 0 {
 		return false
 	}
+	a.breakdown(r, pairs...)
+	a.any = true
+	return true
+}
+
+// breakdown keeps the valid values among fields of an accepted report; a
+// malformed or absent one is passed over and rejects nothing.
+func (a *accumulator) breakdown(r *report, pairs ...pair) {
 	for _, p := range pairs {
 		if r.st[p.f] == stOK {
 			a.v[p.k] = r.v[p.f]
-			a.have[p.k] = true
+			a.have |= 1 << p.k
 		}
 	}
-	a.any = true
-	return true
+}
+
+// xaiReasoning reports whether an OpenAI-style report is xAI's: its
+// total_tokens is prompt + completion + reasoning with reasoning > 0, so
+// reasoning is not inside completion_tokens.
+func (r *report) xaiReasoning() bool {
+	if r.st[fPrompt] != stOK || r.st[fCompletion] != stOK || r.st[fTotal] != stOK || r.st[fOAReasoning] != stOK {
+		return false
+	}
+	p, c, x, t := r.v[fPrompt], r.v[fCompletion], r.v[fOAReasoning], r.v[fTotal]
+	return x > 0 && t >= p && t-p >= c && t-p-c == x
 }
 
 // applyReport applies one report of the given style.
 func (a *accumulator) applyReport(r *report, st style) bool {
 	switch st {
 	case styleGemini:
-		return r.obj && a.commit(r, pair{fGPrompt, kGEPrompt}, pair{fGTool, kGETool}, pair{fGCand, kGECand}, pair{fGThoughts, kGEThoughts})
+		if !r.obj || !a.commit(r, pair{fGPrompt, kGEPrompt}, pair{fGTool, kGETool}, pair{fGCand, kGECand}, pair{fGThoughts, kGEThoughts}) {
+			return false
+		}
+		a.breakdown(r, pair{fGCached, kGECached})
+		return true
 	case styleOllama:
 		return a.commit(r, pair{fOPromptEval, kOLIn}, pair{fOEval, kOLOut})
 	case styleInvocationMetrics:
 		return r.obj && a.commit(r, pair{fIMInput, kANIn}, pair{fBCacheWriteAlias, kANCacheC}, pair{fBCacheReadAlias, kANCacheR}, pair{fIMOutput, kANOut})
+	case styleVertexEmbed:
+		return r.obj && a.commit(r, pair{fVETokens, kVEIn})
 	}
 	if !r.obj {
 		return false
@@ -416,9 +576,40 @@ func (a *accumulator) applyReport(r *report, st style) bool {
 		}
 		return a.commit(r, pair{fBInput, kBRIn}, pair{cr, kBRCacheR}, pair{cw, kBRCacheW}, pair{fBOutput, kBROut})
 	case r.keys&(1<<fInput|1<<fOutput) != 0:
-		return a.commit(r, pair{fInput, kANIn}, pair{fCacheCreate, kANCacheC}, pair{fCacheRead, kANCacheR}, pair{fOutput, kANOut})
+		in, cc, cr, out := fInput, fCacheCreate, fCacheRead, fOutput
+		if r.iterSeen {
+			// Server-side compaction: the billed counts are the sums over
+			// the compaction and message iterations; the top-level ones
+			// (the last iteration's) must still be well-formed.
+			if r.iterBad || r.st[fInput] == stBad || r.st[fCacheCreate] == stBad || r.st[fCacheRead] == stBad || r.st[fOutput] == stBad {
+				return false
+			}
+			in, cc, cr, out = fItIn, fItCacheCreate, fItCacheRead, fItOut
+		}
+		if !a.commit(r, pair{in, kANIn}, pair{cc, kANCacheC}, pair{cr, kANCacheR}, pair{out, kANOut}) {
+			return false
+		}
+		a.breakdown(r, pair{fRCached, kANCachedDetail}, pair{fRReasoning, kANReasoningDetail})
+		return true
 	case r.keys&(1<<fPrompt|1<<fCompletion) != 0:
-		return a.commit(r, pair{fPrompt, kOAIn}, pair{fCompletion, kOAOut})
+		if !a.commit(r, pair{fPrompt, kOAIn}, pair{fCompletion, kOAOut}) {
+			return false
+		}
+		cached := fOACached
+		if r.st[cached] != stOK {
+			cached = fDSHit
+		}
+		a.breakdown(r, pair{cached, kOACached}, pair{fOAReasoning, kOAReasoning})
+		if r.xaiReasoning() {
+			a.v[kOAOut] = r.v[fCompletion] + r.v[fOAReasoning] // ≤ total_tokens: no overflow
+		}
+		return true
+	case r.keys&(1<<fITIn|1<<fITOut|1<<fITThought|1<<fITTool) != 0:
+		if !a.commit(r, pair{fITIn, kITIn}, pair{fITTool, kITTool}, pair{fITOut, kITOut}, pair{fITThought, kITThought}) {
+			return false
+		}
+		a.breakdown(r, pair{fITCached, kITCached})
+		return true
 	}
 	return false
 }
@@ -427,10 +618,10 @@ func (a *accumulator) applyReport(r *report, st style) bool {
 func (d *docState) holds(s slot) bool {
 	p := &paths[s]
 	switch p.when {
-	case typeIs:
-		return d.typString && !d.typOver && string(d.typ[:d.typLen]) == p.arg
+	case typeIs, eventTypeIs: // str[strType], str[strEventType]
+		return d.str[p.when-typeIs].is(p.arg)
 	case typePrefix:
-		return d.typString && int(d.typLen) >= len(p.arg) && string(d.typ[:len(p.arg)]) == p.arg
+		return d.str[strType].hasPrefix(p.arg)
 	case doneTrue:
 		return d.done
 	}

@@ -94,7 +94,7 @@ func NewScanner(contentType, contentEncoding string) *Scanner {
 func (s *Scanner) Reset(contentType, contentEncoding string) {
 	s.Close()
 	s.frame = framingFor(contentType)
-	s.acc = accumulator{}
+	s.acc.reset()
 	s.js.init(&s.acc, s.frame == FramingJSON)
 	s.n, s.lineLen, s.pending, s.usageOnly, s.decErr, s.esException = 0, 0, false, false, nil, ""
 	s.sse.reset()

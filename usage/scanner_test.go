@@ -103,3 +103,17 @@ func BenchmarkScan100MB(b *testing.B) {
 		s.Finish()
 	}
 }
+
+// TestReferenceFixtures: the encoding/json reference, which the fuzz
+// targets trust, reads every fixture as its manifest says, breakdown
+// included.
+func TestReferenceFixtures(t *testing.T) {
+	t.Parallel()
+	for _, f := range loadFixtures(t) {
+		ref := usageref.Body(f.ContentType, gunzip(t, f, readFixture(t, f)))
+		want, wantOK := wantUsage(f)
+		got := usage.Usage{InputTokens: ref.Input, OutputTokens: ref.Output, CachedInputTokens: ref.Cached, CacheWriteTokens: ref.CacheWrite, ReasoningTokens: ref.Reasoning}
+		assert.Equal(t, wantOK, ref.Reported, "%s: reported", f.File)
+		assert.Equal(t, want, got, "%s: %s", f.File, f.Note)
+	}
+}

@@ -1,6 +1,13 @@
 package usage
 
 // Usage is the token usage a provider reported for one response.
+//
+// The last three fields break the totals down, where the body reports it
+// (which fields, per provider, is the table in providers.go and the
+// README in testdata/usage at the module root); each is 0 otherwise, a
+// malformed one never rejects a report, and each is held within its
+// total: CachedInputTokens + CacheWriteTokens <= InputTokens and
+// ReasoningTokens <= OutputTokens.
 type Usage struct {
 	InputTokens  int64
 	OutputTokens int64

@@ -26,7 +26,7 @@ func TestAnthropic(t *testing.T) {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	require.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, llmrate.Usage{InputTokens: 125, OutputTokens: 15}, obs.ev.Reported, "cache reads count as input; the cumulative output replaces")
+	assert.Equal(t, llmrate.Usage{InputTokens: 125, OutputTokens: 15, CachedInputTokens: 100}, obs.ev.Reported, "cache reads count as input (and as CachedInputTokens); the cumulative output replaces")
 
 	r = httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
 	w = httptest.NewRecorder()

@@ -19,7 +19,11 @@ type Fixture struct {
 	Status          int    `json:"status"`
 	Input           *int64 `json:"expected_input_tokens"`
 	Output          *int64 `json:"expected_output_tokens"`
-	Note            string `json:"note"`
+	// The breakdown of the usage (DESIGN §17), 0 when absent.
+	Cached    int64  `json:"expected_cached_input_tokens"`
+	CacheW    int64  `json:"expected_cache_write_tokens"`
+	Reasoning int64  `json:"expected_reasoning_tokens"`
+	Note      string `json:"note"`
 }
 
 // Manifests are the manifests in testdata/usage: the text bodies, and the

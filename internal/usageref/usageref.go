@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"math/big"
 	"regexp"
 	"strconv"
 	"strings"
@@ -45,24 +46,42 @@ type refAcc struct {
 	any   bool
 	final bool             // a report other than Anthropic's message_start was accepted
 	kept  map[string]int64 // "style.field" → value
-	out   map[string]bool
-	gen   int64 // generated text bytes
+	gen   int64            // generated text bytes
+}
+
+// refKept says, for every kept "style.field", what it adds to ("in",
+// "out", or "" for a breakdown-only field) and which breakdown field of
+// DESIGN §17 it is part of ("cached", "write", "reasoning" or "").
+var refKept = map[string]struct{ adds, kind string }{
+	"oa.in": {"in", ""}, "oa.out": {"out", ""}, "oa.cached": {"", "cached"}, "oa.reasoning": {"", "reasoning"},
+	"an.in": {"in", ""}, "an.cc": {"in", "write"}, "an.cr": {"in", "cached"}, "an.out": {"out", ""},
+	"an.details.cached": {"", "cached"}, "an.details.reasoning": {"", "reasoning"},
+	"br.in": {"in", ""}, "br.cr": {"in", "cached"}, "br.cw": {"in", "write"}, "br.out": {"out", ""},
+	"co.in": {"in", ""}, "co.out": {"out", ""},
+	"ge.p": {"in", ""}, "ge.t": {"in", ""}, "ge.c": {"out", ""}, "ge.th": {"out", "reasoning"}, "ge.cached": {"", "cached"},
+	"ol.in": {"in", ""}, "ol.out": {"out", ""},
+	"it.in": {"in", ""}, "it.tool": {"in", ""}, "it.out": {"out", ""}, "it.thought": {"out", "reasoning"}, "it.cached": {"", "cached"},
+	"ve.in": {"in", ""},
 }
 
 // Result is what the reference finds in a body.
 type Result struct {
-	Input, Output int64  // the reported usage (0 when not reported)
-	Reported      bool   // a report was accepted
-	InputReported bool   // an accepted report carried an input field
-	Final         bool   // a report other than Anthropic's message_start was accepted
-	Gen           int64  // decoded bytes of generated text in complete documents
-	Pending       bool   // an SSE body that ends inside an event, an event stream inside a message
-	Exception     string // an event stream's first exception or error message type
+	Input, Output int64 // the reported usage (0 when not reported)
+	// The breakdown (DESIGN §17): cache reads and writes inside Input,
+	// reasoning inside Output.
+	Cached, CacheWrite, Reasoning int64
+	Reported                      bool   // a report was accepted
+	InputReported                 bool   // an accepted report carried an input field
+	Final                         bool   // a report other than Anthropic's message_start was accepted
+	Gen                           int64  // decoded bytes of generated text in complete documents
+	Pending                       bool   // an SSE body that ends inside an event, an event stream inside a message
+	Exception                     string // an event stream's first exception or error message type
 }
 
-// commit applies one report: names are "kept-name=field" pairs read from m
-// (or from sub, for Cohere); output marks the output fields.
-func (a *refAcc) commit(fields map[string]refField, output map[string]bool) bool {
+// commit applies one report: fields are its counted fields by kept name;
+// extra its breakdown-only fields, kept when the report is accepted and
+// they are valid, never rejecting it.
+func (a *refAcc) commit(fields, extra map[string]refField) bool {
 	n := 0
 	for _, f := range fields {
 		if f.bad {
@@ -78,11 +97,73 @@ func (a *refAcc) commit(fields map[string]refField, output map[string]bool) bool
 	for k, f := range fields {
 		if f.present {
 			a.kept[k] = f.v
-			a.out[k] = output[k]
+		}
+	}
+	for k, f := range extra {
+		if f.present && !f.bad {
+			a.kept[k] = f.v
 		}
 	}
 	a.any = true
 	return true
+}
+
+func satSum(x, y int64) int64 {
+	if s := x + y; s >= x {
+		return s
+	}
+	return 1<<63 - 1
+}
+
+// iterationSums returns the sums of Anthropic's counted fields over the
+// iterations of type compaction or message, whether there was one, and
+// whether one of them had a malformed count.
+func iterationSums(r map[string]any) (sums map[string]refField, seen, bad bool) {
+	its, ok := r["iterations"].([]any)
+	if !ok {
+		return nil, false, false
+	}
+	sums = map[string]refField{}
+	for _, e := range its {
+		el, ok := asObj(e)
+		if !ok {
+			continue
+		}
+		if t, _ := el["type"].(string); t != "compaction" && t != "message" {
+			continue
+		}
+		seen = true
+		for _, name := range []string{"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"} {
+			f := refRead(el, name)
+			if f.bad {
+				bad = true
+			}
+			if f.present {
+				s := sums[name]
+				s.present, s.v = true, satSum(s.v, f.v)
+				sums[name] = s
+			}
+		}
+	}
+	return sums, seen, bad
+}
+
+// xaiOutput returns completion + reasoning when the report's total_tokens
+// is prompt + completion + reasoning (reasoning > 0), else completion.
+func xaiOutput(r map[string]any, completion refField) refField {
+	det, _ := asObj(r["completion_tokens_details"])
+	p, x, t := refRead(r, "prompt_tokens"), refRead(det, "reasoning_tokens"), refRead(r, "total_tokens")
+	for _, f := range []refField{p, completion, x, t} {
+		if !f.present || f.bad {
+			return completion
+		}
+	}
+	sum := new(big.Int).Add(big.NewInt(p.v), big.NewInt(completion.v))
+	sum.Add(sum, big.NewInt(x.v))
+	if x.v == 0 || sum.Cmp(big.NewInt(t.v)) != 0 {
+		return completion
+	}
+	return refField{present: true, v: completion.v + x.v}
 }
 
 func asObj(v any) (map[string]any, bool) {
@@ -110,7 +191,7 @@ func (a *refAcc) report(v any, cohereOnly bool) bool {
 		if src == nil {
 			src = map[string]any{}
 		}
-		return a.commit(map[string]refField{"co.in": refRead(src, "input_tokens"), "co.out": refRead(src, "output_tokens")}, map[string]bool{"co.out": true})
+		return a.commit(map[string]refField{"co.in": refRead(src, "input_tokens"), "co.out": refRead(src, "output_tokens")}, nil)
 	case cohereOnly:
 	case has("inputTokens") || has("outputTokens"):
 		cr := refRead(r, "cacheReadInputTokens")
@@ -121,11 +202,35 @@ func (a *refAcc) report(v any, cohereOnly bool) bool {
 		if !cw.present {
 			cw = refRead(r, "cacheWriteInputTokenCount")
 		}
-		return a.commit(map[string]refField{"br.in": refRead(r, "inputTokens"), "br.cr": cr, "br.cw": cw, "br.out": refRead(r, "outputTokens")}, map[string]bool{"br.out": true})
+		return a.commit(map[string]refField{"br.in": refRead(r, "inputTokens"), "br.cr": cr, "br.cw": cw, "br.out": refRead(r, "outputTokens")}, nil)
 	case has("input_tokens") || has("output_tokens"):
-		return a.commit(map[string]refField{"an.in": refRead(r, "input_tokens"), "an.cc": refRead(r, "cache_creation_input_tokens"), "an.cr": refRead(r, "cache_read_input_tokens"), "an.out": refRead(r, "output_tokens")}, map[string]bool{"an.out": true})
+		in, cc, cr, out := refRead(r, "input_tokens"), refRead(r, "cache_creation_input_tokens"), refRead(r, "cache_read_input_tokens"), refRead(r, "output_tokens")
+		if sums, seen, bad := iterationSums(r); seen {
+			if bad || in.bad || cc.bad || cr.bad || out.bad {
+				return false
+			}
+			in, cc, cr, out = sums["input_tokens"], sums["cache_creation_input_tokens"], sums["cache_read_input_tokens"], sums["output_tokens"]
+		}
+		inDet, _ := asObj(r["input_tokens_details"])
+		outDet, _ := asObj(r["output_tokens_details"])
+		return a.commit(map[string]refField{"an.in": in, "an.cc": cc, "an.cr": cr, "an.out": out},
+			map[string]refField{"an.details.cached": refRead(inDet, "cached_tokens"), "an.details.reasoning": refRead(outDet, "reasoning_tokens")})
 	case has("prompt_tokens") || has("completion_tokens"):
-		return a.commit(map[string]refField{"oa.in": refRead(r, "prompt_tokens"), "oa.out": refRead(r, "completion_tokens")}, map[string]bool{"oa.out": true})
+		c := refRead(r, "completion_tokens")
+		if c.bad {
+			return false
+		}
+		pDet, _ := asObj(r["prompt_tokens_details"])
+		cDet, _ := asObj(r["completion_tokens_details"])
+		cached := refRead(pDet, "cached_tokens")
+		if !cached.present || cached.bad {
+			cached = refRead(r, "prompt_cache_hit_tokens") // DeepSeek
+		}
+		return a.commit(map[string]refField{"oa.in": refRead(r, "prompt_tokens"), "oa.out": xaiOutput(r, c)},
+			map[string]refField{"oa.cached": cached, "oa.reasoning": refRead(cDet, "reasoning_tokens")})
+	case has("total_input_tokens") || has("total_output_tokens") || has("total_thought_tokens") || has("total_tool_use_tokens"):
+		return a.commit(map[string]refField{"it.in": refRead(r, "total_input_tokens"), "it.tool": refRead(r, "total_tool_use_tokens"), "it.out": refRead(r, "total_output_tokens"), "it.thought": refRead(r, "total_thought_tokens")},
+			map[string]refField{"it.cached": refRead(r, "total_cached_tokens")})
 	}
 	return false
 }
@@ -173,15 +278,39 @@ func (a *refAcc) doc(data []byte) {
 	}
 	final(a.report(d["meta"], true))
 	if g, ok := asObj(d["usageMetadata"]); ok {
-		final(a.commit(map[string]refField{"ge.p": refRead(g, "promptTokenCount"), "ge.t": refRead(g, "toolUsePromptTokenCount"), "ge.c": refRead(g, "candidatesTokenCount"), "ge.th": refRead(g, "thoughtsTokenCount")}, map[string]bool{"ge.c": true, "ge.th": true}))
+		final(a.commit(map[string]refField{"ge.p": refRead(g, "promptTokenCount"), "ge.t": refRead(g, "toolUsePromptTokenCount"), "ge.c": refRead(g, "candidatesTokenCount"), "ge.th": refRead(g, "thoughtsTokenCount")},
+			map[string]refField{"ge.cached": refRead(g, "cachedContentTokenCount")}))
 	}
 	if done, _ := d["done"].(bool); done {
-		final(a.commit(map[string]refField{"ol.in": refRead(d, "prompt_eval_count"), "ol.out": refRead(d, "eval_count")}, map[string]bool{"ol.out": true}))
+		final(a.commit(map[string]refField{"ol.in": refRead(d, "prompt_eval_count"), "ol.out": refRead(d, "eval_count")}, nil))
 	}
 	// Bedrock InvokeModel: the same tokens as the model's own
 	// Anthropic-style report, restated; they replace it, never add to it.
 	if m, ok := asObj(d["amazon-bedrock-invocationMetrics"]); ok {
-		final(a.commit(map[string]refField{"an.in": refRead(m, "inputTokenCount"), "an.cc": refRead(m, "cacheWriteInputTokenCount"), "an.cr": refRead(m, "cacheReadInputTokenCount"), "an.out": refRead(m, "outputTokenCount")}, map[string]bool{"an.out": true}))
+		final(a.commit(map[string]refField{"an.in": refRead(m, "inputTokenCount"), "an.cc": refRead(m, "cacheWriteInputTokenCount"), "an.cr": refRead(m, "cacheReadInputTokenCount"), "an.out": refRead(m, "outputTokenCount")}, nil))
+	}
+	// Gemini Interactions, streamed: the completed interaction's usage.
+	if et, _ := d["event_type"].(string); et == "interaction.completed" {
+		if m, ok := asObj(d["interaction"]); ok {
+			final(a.report(m["usage"], false))
+		}
+	}
+	// Vertex AI text embeddings: input is the predictions' token counts.
+	if preds, ok := d["predictions"].([]any); ok {
+		var sum refField
+		for _, p := range preds {
+			el, _ := asObj(p)
+			emb, _ := asObj(el["embeddings"])
+			stats, _ := asObj(emb["statistics"])
+			f := refRead(stats, "token_count")
+			if f.bad {
+				sum.bad = true
+			}
+			if f.present {
+				sum.present, sum.v = true, satSum(sum.v, f.v)
+			}
+		}
+		final(a.commit(map[string]refField{"ve.in": sum}, nil))
 	}
 }
 
@@ -245,24 +374,31 @@ func (a *refAcc) result() Result {
 	if !a.any {
 		return r
 	}
-	sat := func(x, y int64) int64 {
-		if s := x + y; s >= x {
-			return s
-		}
-		return 1<<63 - 1
-	}
 	for k, v := range a.kept {
-		if a.out[k] {
-			r.Output = sat(r.Output, v)
-		} else {
+		switch refKept[k].adds {
+		case "in":
 			r.InputReported = true
-			r.Input = sat(r.Input, v)
+			r.Input = satSum(r.Input, v)
+		case "out":
+			r.Output = satSum(r.Output, v)
+		}
+		switch refKept[k].kind {
+		case "cached":
+			r.Cached = satSum(r.Cached, v)
+		case "write":
+			r.CacheWrite = satSum(r.CacheWrite, v)
+		case "reasoning":
+			r.Reasoning = satSum(r.Reasoning, v)
 		}
 	}
+	// A breakdown is part of its total, whatever a body says.
+	r.Cached = min(r.Cached, r.Input)
+	r.CacheWrite = min(r.CacheWrite, r.Input-r.Cached)
+	r.Reasoning = min(r.Reasoning, r.Output)
 	return r
 }
 
-func newRef() *refAcc { return &refAcc{kept: map[string]int64{}, out: map[string]bool{}} }
+func newRef() *refAcc { return &refAcc{kept: map[string]int64{}} }
 
 // JSON extracts usage from an application/json body. A top-level
 // array is a sequence of documents; complete elements before a break in the
