@@ -24,7 +24,10 @@
 // tokens per minute, capacity twice the figure), in the given store
 // (WithStore: an llmrate.MemoryStore by default, per process; a
 // redisstore.Store holds a key to one limit across every gateway process).
-// A key's buckets are the solo workspace "upstream:"+Name. Each admission
+// A key's buckets are the solo workspace "upstream:"+Name
+// (llmrate.ReservedWorkspacePrefix): the llmrate middleware refuses that
+// prefix to its callers (401 invalid_api_key), so a Limiter and a Transport
+// may share one store. Each admission
 // has its own identity (llmrate.NewAdmissionID), which its reconcile carries
 // with the store's receipt.
 //

@@ -18,7 +18,9 @@ import (
 type Key struct {
 	// Name identifies the key: unique among the keys, shown in logs and
 	// events, and naming its buckets in the store (the workspace
-	// "upstream:"+Name, stable across processes). Never the secret.
+	// llmrate.ReservedWorkspacePrefix+Name, "upstream:"+Name, stable across
+	// processes, which the llmrate middleware refuses to its callers).
+	// Never the secret.
 	Name string
 	// Limits are the provider's figures for this key, per minute; each in
 	// [1, llmrate.MaxPerMinute].
@@ -33,7 +35,7 @@ type Key struct {
 // key is a Key with its state.
 type key struct {
 	Key
-	ws    string // the workspace of its buckets: "upstream:"+Name
+	ws    string // the workspace of its buckets: llmrate.ReservedWorkspacePrefix+Name
 	skips skips
 }
 
@@ -93,7 +95,7 @@ func New(keys []Key, opts ...Option) (*Transport, error) {
 	}
 	_, t.memory = cfg.store.(*llmrate.MemoryStore)
 	for i, k := range keys {
-		t.keys[i].Key, t.keys[i].ws = k, "upstream:"+k.Name
+		t.keys[i].Key, t.keys[i].ws = k, llmrate.ReservedWorkspacePrefix+k.Name
 	}
 	return t, nil
 }
