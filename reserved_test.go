@@ -59,6 +59,7 @@ func TestReservedWorkspaceRefused(t *testing.T) {
 			tr, err := upstream.New([]upstream.Key{{Name: "openai-1", Limits: limits, Authorize: func(r *http.Request) { r.Header.Set("Authorization", "Bearer sk-provider") }}},
 				upstream.WithStore(store), upstream.WithClock(clk.Now), upstream.WithBase(provider))
 			require.NoError(t, err)
+			defer func() { require.NoError(t, tr.Close(context.Background())) }()
 			full := store.Levels(reserved, reserved, limits, limits, clk.Now())
 			require.Equal(t, [4]int64{2000, 2_000_000, 2000, 2_000_000}, full)
 

@@ -57,6 +57,8 @@ type Transport struct {
 	observer         Observer
 	timeout          time.Duration
 	failOpens        atomic.Int64
+	dropped          atomic.Int64 // reconciles never applied (retry.go)
+	retry            retrier
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -93,6 +95,7 @@ func New(keys []Key, opts ...Option) (*Transport, error) {
 	if t.defaultEstimator {
 		t.estimator = llmrate.EstimateTokens
 	}
+	t.retry.init()
 	_, t.memory = cfg.store.(*llmrate.MemoryStore)
 	for i, k := range keys {
 		t.keys[i].Key, t.keys[i].ws = k, llmrate.ReservedWorkspacePrefix+k.Name
@@ -130,8 +133,10 @@ func validKey(i int, k Key, seen map[string]int) error {
 
 // FailOpens returns how many times a fault let a request through
 // unchecked or left an estimate standing: a store error, timeout or panic
-// on admission (the key was used unreserved) or on a reconcile, or a
-// panicking estimator (llmrate.EstimateTokens was used instead).
+// on admission (the key was used unreserved), a reconcile the store never
+// applied (also counted in DroppedReconciles; one applied on a retry is
+// not a fault), or a panicking estimator (llmrate.EstimateTokens was used
+// instead).
 func (t *Transport) FailOpens() int64 { return t.failOpens.Load() }
 
 // RoundTrip sends req on the first key that can take it, as the package
