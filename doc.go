@@ -58,7 +58,10 @@
 // call past its timeout, a panic inside the limiter), the request passes
 // through, and the miss is counted (FailOpens), logged at warn and reported
 // to the Observer. Bad client input is not a fault: a request without an
-// API key gets a 401 with code missing_api_key. An invalid override is a
+// API key gets a 401 with code missing_api_key; one whose workspace (by
+// default its key) begins ReservedWorkspacePrefix, "upstream:", a 401 with
+// code invalid_api_key (those workspaces are package upstream's provider
+// keys, so the two may share a store). An invalid override is a
 // fault for the requests it would govern: they fail open, counted and
 // logged.
 //

@@ -189,6 +189,9 @@ func (l *Limiter) identify(r *http.Request, a *admission) (status int, code, msg
 		}
 		a.ws = ws
 	}
+	if reservedWorkspace(a.ws) {
+		return http.StatusUnauthorized, "invalid_api_key", reservedMsg, nil
+	}
 	return 0, "", "", nil
 }
 

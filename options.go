@@ -64,6 +64,9 @@ var errNil = errors.New("must not be nil")
 
 // WithKey sets the API key extractor. Default: BearerToken(). nil is an
 // error.
+//
+// Without WithWorkspace each key is its own workspace, so a key beginning
+// ReservedWorkspacePrefix ("upstream:") is refused 401 invalid_api_key.
 func WithKey(e Extractor) Option {
 	return optionFunc(func(c *config) {
 		if e == nil {
@@ -80,6 +83,9 @@ func WithKey(e Extractor) Option {
 // value your authentication layer set (a context value, a verified header),
 // never from a header the client controls, or a client can spend another
 // workspace's allowance or escape its own.
+//
+// A workspace beginning ReservedWorkspacePrefix ("upstream:") is refused
+// 401 invalid_api_key: those name package upstream's provider keys.
 func WithWorkspace(e Extractor) Option {
 	return optionFunc(func(c *config) {
 		if e == nil {

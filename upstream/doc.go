@@ -24,7 +24,10 @@
 // tokens per minute, capacity twice the figure), in the given store
 // (WithStore: an llmrate.MemoryStore by default, per process; a
 // redisstore.Store holds a key to one limit across every gateway process).
-// A key's buckets are the solo workspace "upstream:"+Name. Each admission
+// A key's buckets are the solo workspace "upstream:"+Name
+// (llmrate.ReservedWorkspacePrefix): the llmrate middleware refuses that
+// prefix to its callers (401 invalid_api_key), so a Limiter and a Transport
+// may share one store. Each admission
 // has its own identity (llmrate.NewAdmissionID), which its reconcile carries
 // with the store's receipt.
 //
@@ -45,7 +48,9 @@
 // body never read to its end nor closed is never reconciled: its estimate
 // stands (and net/http leaks its connection anyway). The reconcile is a
 // store call on the goroutine that reads the body's end or closes it: with
-// a shared store, one round trip there, bounded by WithStoreTimeout.
+// a shared store, one round trip there, bounded by WithStoreTimeout. It
+// carries its admission's identity and the store's receipt, so a store
+// applies it at most once.
 //
 // # Failover
 //
@@ -96,8 +101,15 @@
 // RoundTripper that reports no httptrace events has every error treated so.
 // An error after the headers were written charges the estimate. Neither is
 // retried on another key. A store fault (an error, a call past
-// WithStoreTimeout, a panic) fails open: the key is used unchecked, counted
-// in FailOpens and logged at warn.
+// WithStoreTimeout, a panic) on admission fails open: the key is used
+// unchecked, counted in FailOpens and logged at warn. A reconcile (or
+// refund) the store fails is retried on a goroutine of the Transport's,
+// with backoff, for ReconcileRetryFor (5 s) from its first failure; one
+// still not applied is dropped, its estimate standing: counted in
+// FailOpens and DroppedReconciles, logged at warn and reported to the
+// observer (ReconcileEvent.Err), never silently. Close waits for the
+// reconciles being retried (call it at shutdown, with a deadline; those
+// still waiting when it passes are dropped, counted).
 //
 // # Observability
 //

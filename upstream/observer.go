@@ -8,15 +8,17 @@ import (
 )
 
 // Observer receives the Transport's events, synchronously on the goroutine
-// of the RoundTrip (Attempted) or of the body's Read or Close (Reconciled):
-// implementations must be fast and safe for concurrent use. Events name a
-// key by its Name, never its credential.
+// of the RoundTrip (Attempted) or of the body's Read or Close (Reconciled;
+// for a reconcile the store failed at first, the Transport's retry
+// goroutine or Close): implementations must be fast and safe for
+// concurrent use. Events name a key by its Name, never its credential.
 type Observer interface {
 	// Attempted is called once for every key a request considered, in
 	// order: skipped, or tried and answered (or failed).
 	Attempted(AttemptEvent)
 	// Reconciled is called once for every reservation settled: the charge
-	// that replaced the estimate, or a refund.
+	// that replaced the estimate, or a refund; once it was applied, or once
+	// it was dropped (ReconcileEvent.Err).
 	Reconciled(ReconcileEvent)
 }
 
@@ -91,7 +93,11 @@ type ReconcileEvent struct {
 	// terminal event), ended mid-event, or could not be wholly decoded.
 	Cut      bool
 	Reported usage.Usage // the usage the provider reported; zero if none
-	// Err is the store's fault when the reconcile could not be applied
-	// (counted in FailOpens): the estimate stands.
+	// Retries is how many times the reconcile was tried again after the
+	// store failed it (see Transport.Close).
+	Retries int
+	// Err is the store's last fault when the reconcile was dropped, never
+	// applied (counted in FailOpens and DroppedReconciles): the estimate
+	// stands. nil when it was applied, on a retry or not.
 	Err error
 }

@@ -59,15 +59,19 @@ func WithBase(rt http.RoundTripper) Option {
 // WithStore sets where the keys' buckets live. Default: a new
 // llmrate.MemoryStore (per process). A shared store (redisstore) holds each
 // key to one limit across every gateway process using it: a key's buckets
-// are named by the key's Name alone (the workspace "upstream:"+Name). nil
-// is an error.
+// are named by the key's Name alone (the workspace
+// llmrate.ReservedWorkspacePrefix+Name, "upstream:"+Name). nil is an
+// error.
 //
-// Give the Transport a store of its own (for Redis, a redisstore.Store
-// with a WithPrefix of its own on the same client), not the one an
-// llmrate.Limiter uses: where a caller's key is its own workspace (the
-// middleware's default), a caller presenting the key "upstream:"+Name
-// would spend, and clamp to its tier's figures, that provider key's
-// buckets.
+// The store may be the one an llmrate.Limiter uses: the middleware refuses
+// (401 invalid_api_key) every request whose workspace begins "upstream:",
+// the caller's key included where it is its own workspace (the default),
+// so no caller reaches a provider key's buckets. The store's own options
+// apply to the keys' buckets too (redisstore.WithLeases, say); give the
+// Transport a store of its own (for Redis, a redisstore.Store with a
+// WithPrefix of its own on the same client) to keep them apart. A store
+// shared with anything other than that middleware must keep the prefix
+// to the Transport.
 func WithStore(s llmrate.Store) Option {
 	return optionFunc(func(c *config) {
 		if s == nil {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/usage"
-	"go.uber.org/zap"
 )
 
 // reservation is one admission on a key: its estimate, debited, waiting to
@@ -44,24 +43,15 @@ func (res *reservation) refund() {
 	}
 }
 
+// apply replaces the estimate by actual (or refunds it): a reconcile that
+// carries the admission's ID and receipt, retried if the store fails (see
+// Transport.Close).
 func (res *reservation) apply(actual int64, refund bool, ev ReconcileEvent) {
 	t, k := res.t, res.k
-	_, err := callStore(t, res.ctx, "reconcile", func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, t.store.Reconcile(ctx, llmrate.ReconcileRequest{
-			Key: k.ws, Workspace: k.ws, KeyLimits: k.Limits, WorkspaceLimits: k.Limits,
-			Estimate: res.est, Actual: actual, Solo: true, Now: t.clock(),
-			ID: res.id, Receipt: res.receipt, Refund: refund,
-		})
-	})
-	if err != nil {
-		t.fault("reconcile", k.Name, err)
-	}
-	ev.Key, ev.Estimate, ev.Actual, ev.Refund, ev.Err = k.Name, res.est, actual, refund, err
-	if t.observer != nil {
-		t.observer.Reconciled(ev)
-	}
-	if ce := t.log.Check(zap.DebugLevel, "upstream: reconciled"); ce != nil {
-		ce.Write(zap.String("upstream_key", k.Name), zap.Stringer("kind", ev.Kind), zap.Int64("estimate", ev.Estimate),
-			zap.Int64("actual", actual), zap.Bool("refund", refund), zap.Bool("cut", ev.Cut))
-	}
+	ev.Key, ev.Estimate, ev.Actual, ev.Refund = k.Name, res.est, actual, refund
+	t.reconcile(retryJob{ctx: res.ctx, ev: ev, req: llmrate.ReconcileRequest{
+		Key: k.ws, Workspace: k.ws, KeyLimits: k.Limits, WorkspaceLimits: k.Limits,
+		Estimate: res.est, Actual: actual, Solo: true, Now: t.clock(),
+		ID: res.id, Receipt: res.receipt, Refund: refund,
+	}})
 }

@@ -18,7 +18,9 @@ import (
 type Key struct {
 	// Name identifies the key: unique among the keys, shown in logs and
 	// events, and naming its buckets in the store (the workspace
-	// "upstream:"+Name, stable across processes). Never the secret.
+	// llmrate.ReservedWorkspacePrefix+Name, "upstream:"+Name, stable across
+	// processes, which the llmrate middleware refuses to its callers).
+	// Never the secret.
 	Name string
 	// Limits are the provider's figures for this key, per minute; each in
 	// [1, llmrate.MaxPerMinute].
@@ -33,7 +35,7 @@ type Key struct {
 // key is a Key with its state.
 type key struct {
 	Key
-	ws    string // the workspace of its buckets: "upstream:"+Name
+	ws    string // the workspace of its buckets: llmrate.ReservedWorkspacePrefix+Name
 	skips skips
 }
 
@@ -55,6 +57,8 @@ type Transport struct {
 	observer         Observer
 	timeout          time.Duration
 	failOpens        atomic.Int64
+	dropped          atomic.Int64 // reconciles never applied (retry.go)
+	retry            retrier
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -91,9 +95,10 @@ func New(keys []Key, opts ...Option) (*Transport, error) {
 	if t.defaultEstimator {
 		t.estimator = llmrate.EstimateTokens
 	}
+	t.retry.init()
 	_, t.memory = cfg.store.(*llmrate.MemoryStore)
 	for i, k := range keys {
-		t.keys[i].Key, t.keys[i].ws = k, "upstream:"+k.Name
+		t.keys[i].Key, t.keys[i].ws = k, llmrate.ReservedWorkspacePrefix+k.Name
 	}
 	return t, nil
 }
@@ -128,8 +133,10 @@ func validKey(i int, k Key, seen map[string]int) error {
 
 // FailOpens returns how many times a fault let a request through
 // unchecked or left an estimate standing: a store error, timeout or panic
-// on admission (the key was used unreserved) or on a reconcile, or a
-// panicking estimator (llmrate.EstimateTokens was used instead).
+// on admission (the key was used unreserved), a reconcile the store never
+// applied (also counted in DroppedReconciles; one applied on a retry is
+// not a fault), or a panicking estimator (llmrate.EstimateTokens was used
+// instead).
 func (t *Transport) FailOpens() int64 { return t.failOpens.Load() }
 
 // RoundTrip sends req on the first key that can take it, as the package

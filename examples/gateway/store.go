@@ -16,9 +16,10 @@ import (
 // storeOptions returns the limiter's store options for -redis (none:
 // per-process memory), the store for the upstream keys' buckets (nil:
 // per-process memory) and a function that releases both. The upstream
-// keys get a store of their own, under its own prefix: a caller whose key
-// is its own workspace could otherwise name a workspace "upstream:"+Name
-// and spend a provider key's buckets. The Redis store's names are keyed by
+// keys get a store of their own, under its own prefix, without -leases:
+// the provider's figures are held exactly. (Sharing the limiter's store
+// would be safe too: the middleware refuses every caller whose workspace
+// begins "upstream:", the keys' buckets.) The Redis store's names are keyed by
 // the secret in the environment variable hashKeyEnv, which every gateway
 // sharing the Redis must set alike.
 func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, leases float64, hashKeyEnv string, log *zap.Logger) (llmrate.Store, []llmrate.Option, func(), error) {

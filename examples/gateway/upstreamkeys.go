@@ -51,8 +51,10 @@ const mock429Prefix = "mock-429"
 
 // upstreamProxy returns the handler that proxies to the provider at target
 // (the built-in mock when ""), sending each request on the first of the
-// configured keys with room, and a function that stops the mock. store
-// holds the keys' buckets (nil: per-process memory).
+// configured keys with room, and a function, for after the server has shut
+// down, that waits (up to 5 s) for the keys' reconciles still being retried
+// and stops the mock. store holds the keys' buckets (nil: per-process
+// memory).
 func upstreamProxy(c *UpstreamConfig, target string, store llmrate.Store, mock *mockProvider, log *zap.Logger) (http.Handler, func(), error) {
 	keys, err := upstreamKeys(c.Keys, target == "")
 	if err != nil {
@@ -69,11 +71,19 @@ func upstreamProxy(c *UpstreamConfig, target string, store llmrate.Store, mock *
 	if err != nil {
 		return nil, nil, fmt.Errorf("upstream keys: %w", err)
 	}
-	stop := func() {}
+	stopMock := func() {}
 	if target == "" {
-		if target, stop, err = serveMock(mock); err != nil {
+		if target, stopMock, err = serveMock(mock); err != nil {
 			return nil, nil, err
 		}
+	}
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tr.Close(ctx); err != nil {
+			log.Warn("upstream keys: reconciles not applied at shutdown", zap.Error(err))
+		}
+		stopMock()
 	}
 	u, err := url.Parse(target)
 	if err != nil || u.Scheme == "" || u.Host == "" {

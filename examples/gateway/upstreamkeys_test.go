@@ -90,15 +90,15 @@ func TestGatewayUpstreamKeysToProvider(t *testing.T) {
 	assert.ErrorContains(t, err, "RequestsPerMinute 0 out of range")
 }
 
-// TestGatewayUpstreamKeysRedis: on Redis the upstream keys' buckets live
-// apart from the callers': a caller presenting the key "upstream:mock-b"
-// (its own workspace, by default) spends its own buckets, not mock-b's.
+// TestGatewayUpstreamKeysRedis: on Redis a caller presenting the key
+// "upstream:mock-b" (its own workspace, by default: the name of mock-b's
+// buckets) is refused 401 and spends nothing of mock-b's.
 func TestGatewayUpstreamKeysRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	t.Setenv("LLMRATE_HASH_KEY", "0123456789abcdef-test-only")
 	url := startGateway(t, "-config", "upstream-keys.json", "-redis", "redis://"+srv.Addr+"/0")
 	codes := []int{}
-	for i := range 13 {
+	for i := range 14 {
 		key := "sk-client"
 		if i == 1 { // once mock-b's buckets exist
 			key = "upstream:mock-b"
@@ -108,6 +108,6 @@ func TestGatewayUpstreamKeysRedis(t *testing.T) {
 		_ = resp.Body.Close()
 		codes = append(codes, resp.StatusCode)
 	}
-	want := []int{200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429}
+	want := []int{200, 401, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429}
 	assert.Equal(t, want, codes, "mock-b and mock-c: 6 each, then the synthesized 429")
 }
