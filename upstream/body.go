@@ -96,6 +96,16 @@ func (b *reqBody) sent() {
 	}
 }
 
+// unsent closes out's body when the attempt it was attached for is not
+// sent and the body is its own: one GetBody made for it. The caller's body
+// (the first unbuffered send) stays for closeOriginal; a buffered one holds
+// nothing to close.
+func (b *reqBody) unsent(out *http.Request) {
+	if !b.buffered && b.sends > 1 && out.Body != nil {
+		_ = out.Body.Close()
+	}
+}
+
 // closeOriginal closes the caller's body unless the base RoundTripper has
 // it: the RoundTripper contract closes it on every path.
 func (b *reqBody) closeOriginal() {

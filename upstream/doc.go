@@ -46,7 +46,10 @@
 // message_stop, the Responses API's response.completed: the official SDKs
 // stop reading there and close). The body streams through unbuffered. A
 // body never read to its end nor closed is never reconciled: its estimate
-// stands (and net/http leaks its connection anyway). The reconcile is a
+// stands (and net/http leaks its connection anyway). A 101 Switching
+// Protocols response (a WebSocket, such as a realtime API) is charged its
+// estimate at once and its body, the upgraded connection, is returned
+// unwrapped and writable, as httputil.ReverseProxy needs it. The reconcile is a
 // store call on the goroutine that reads the body's end or closes it: with
 // a shared store, one round trip there, bounded by WithStoreTimeout. It
 // carries its admission's identity and the store's receipt, so a store

@@ -34,6 +34,16 @@ func (res *reservation) settleError() {
 	}
 }
 
+// settleUpgrade charges the estimate for a response that switched
+// protocols (101, a WebSocket such as a realtime API): what flows on the
+// upgraded connection is not HTTP and reports no usage this Transport can
+// read, so the estimate is the charge, settled at once.
+func (res *reservation) settleUpgrade() {
+	if res != nil {
+		res.apply(res.est, false, ReconcileEvent{Kind: llmrate.ReconcileEstimated})
+	}
+}
+
 // refund credits the reservation back in full: the request never reached
 // the provider. A nil reservation (the key used unchecked) has nothing to
 // refund.

@@ -222,7 +222,13 @@ func (r *round) try(k *key) (resp *http.Response, done bool, err error) {
 		t.emit(&ev)
 		return nil, true, err
 	}
-	if res != nil {
+	switch {
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		// The body is the upgraded connection, which must stay writable
+		// (httputil.ReverseProxy needs an io.ReadWriteCloser): leave it
+		// as the base returned it and charge the estimate now.
+		res.settleUpgrade()
+	case res != nil:
 		wrapBody(resp, res)
 	}
 	now = t.clock()
@@ -308,6 +314,7 @@ func (r *round) attemptRequest(k *key, wrote *atomic.Bool) (out *http.Request, e
 	}
 	defer func() {
 		if p := recover(); p != nil {
+			r.body.unsent(out)
 			out, err = nil, &llmrate.PanicError{Where: "upstream key " + k.Name + " Authorize", Value: p}
 		}
 	}()
