@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/usage"
@@ -261,4 +262,27 @@ func TestCalibrationLongNames(t *testing.T) {
 		calSend(t, h, rec, limit, 100, 100, 200)
 	}
 	assert.Equal(t, map[string]float64{limit: 3}, h.lim.Calibration())
+}
+
+// A learned ratio never makes a request that fits a full bucket unable to
+// fit ever: the scaled estimate is held to the smallest tokens bucket's
+// capacity, so the request is admitted once the bucket is full again, not
+// refused with "retrying will not help".
+func TestCalibrationNeverTurnsAFitIntoNeverFits(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	lim := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 1000} // tokens capacity 2,000
+	h := newHarness(t, reportHandler, llmrate.WithTiers(uniform(lim)), llmrate.WithCalibration(), llmrate.WithObserver(rec))
+	for range 8 {
+		calSend(t, h, rec, "", 10, 0, 40) // ratio 4
+	}
+	require.Equal(t, 4.0, h.lim.Calibration()[""])
+	h.clock.Advance(10 * time.Minute) // full again
+	// Raw 600 fits the 2,000-token bucket; scaled ×4 it would be 2,400.
+	assert.Equal(t, int64(2000), calSend(t, h, rec, "", 600, 0, 600))
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	last := rec.decisions[len(rec.decisions)-1]
+	assert.True(t, last.Allowed)
+	assert.False(t, last.NeverFits)
 }

@@ -223,6 +223,11 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	a.est = a.raw
 	if l.calib != nil {
 		a.est = l.calib.scale(a.model, a.raw)
+		// A learned ratio never turns a request that fits a full bucket
+		// into one that never fits: held to the smallest tokens capacity.
+		if c := 2 * min(a.kl.TokensPerMinute, a.wl.TokensPerMinute); a.raw <= c && a.est > c {
+			a.est = c
+		}
 	}
 	a.now = c.clock()
 	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, Solo: l.solo, Now: a.now}

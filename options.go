@@ -193,7 +193,10 @@ func WithTokenCost(cost func(model string, u usage.Usage) int64) Option {
 // (ReconcileUsage; up to 64). Once a model has 8 of them, admission debits
 // ⌈raw × ratio⌉ (at least 1), the ratio being the sum of the charges over
 // the sum of the raw estimates, bounded to [0.25, 4]; DecisionEvent.Estimate
-// and ReconcileEvent.Estimate are the scaled estimate.
+// and ReconcileEvent.Estimate are the scaled estimate. A raw estimate that
+// fits the request's smallest tokens bucket when full is never scaled past
+// that bucket's capacity, so a learned ratio cannot turn a request that
+// would fit into one refused as never fitting.
 //
 // It learns per Limiter (per process), per model: the request's model as
 // the WithModel extractor reads it (the extractor then runs on every
