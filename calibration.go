@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// Calibration bounds (DESIGN §17).
+// Calibration bounds (README "What a request costs").
 const (
 	// calibrationWindow is how many of a model's most recent reconciles
 	// with final usage its ratio is learned from.

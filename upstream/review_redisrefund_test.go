@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Review: the package doc (and DESIGN §16) say a failure before the provider
+// Review: the package doc (and README "Upstream keys") say a failure before the provider
 // saw the request credits the reservation back in full, its request and its
 // tokens, and the README recommends a redisstore.Store for the keys. On a
 // Redis store the refund must give the request back too: key a (1 RPM, a

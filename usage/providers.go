@@ -430,7 +430,7 @@ const (
 	kindReasoning
 )
 
-// keptKinds is the breakdown table (DESIGN §17): cache reads, cache
+// keptKinds is the breakdown table (README "What a request costs"): cache reads, cache
 // writes and reasoning, per style.
 var keptKinds = [numKept]uint8{
 	kANCacheR: kindCached, kANCachedDetail: kindCached, kBRCacheR: kindCached,
