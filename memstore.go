@@ -279,8 +279,7 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 	now := r.Now.UnixNano()
 	if r.Solo {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
-		c := 2 * r.WorkspaceLimits.TokensPerMinute
-		e.tok.adjust(r.BoundedActual(WorkspaceTokens)-r.Estimate, c)
+		reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
 		sh.mu.Unlock()
 		if ev {
 			s.noteEvictions(1)
@@ -288,13 +287,25 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 		return nil
 	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
-	kc, wc := 2*r.KeyLimits.TokensPerMinute, 2*r.WorkspaceLimits.TokensPerMinute
-	ke.tok.adjust(r.BoundedActual(KeyTokens)-r.Estimate, kc)
-	we.tok.adjust(r.BoundedActual(WorkspaceTokens)-r.Estimate, wc)
+	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
+	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
 	return nil
+}
+
+// reconcileEntry applies r to one entry's buckets (tok names its tokens
+// bucket, lim its figures): a refund credits one request and the estimate back; a
+// reconcile adds the bounded actual charge less the estimate to the tokens
+// bucket.
+func reconcileEntry(e *entry, r ReconcileRequest, tok Bucket, lim Limits) {
+	if r.Refund {
+		e.req.adjust(-1, 2*lim.RequestsPerMinute)
+		e.tok.adjust(-r.Estimate, 2*lim.TokensPerMinute)
+		return
+	}
+	e.tok.adjust(r.BoundedActual(tok)-r.Estimate, 2*lim.TokensPerMinute)
 }
 
 // decide checks the four buckets in admission order and debits all of them

@@ -227,3 +227,45 @@ func TestAdmitHotPathAllocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs, "allocations per admission+reconcile of a known key on a model entry")
 }
+
+// TestMemoryStoreRefund: a refund gives an admission back in full (one
+// request and its estimate, whatever Actual says), to the key's buckets and
+// the workspace's, and to a Solo key's single set; a credit stops at a full
+// bucket.
+func TestMemoryStoreRefund(t *testing.T) {
+	t.Parallel()
+	s := llmrate.NewMemoryStore()
+	now := time.Unix(1_700_000_000, 0)
+	kl := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1000}
+	wl := llmrate.Limits{RequestsPerMinute: 50, TokensPerMinute: 5000}
+	ctx := context.Background()
+	admit := func(tokens int64, solo bool) {
+		t.Helper()
+		r := llmrate.AdmitRequest{Key: "alice", Workspace: "acme", KeyLimits: kl, WorkspaceLimits: wl, Tokens: tokens, Now: now}
+		if solo {
+			r.Key, r.Workspace, r.KeyLimits, r.Solo = "solo", "solo", wl, true
+		}
+		d, err := s.Admit(ctx, r)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	admit(300, false)
+	admit(200, false)
+	require.Equal(t, [4]int64{18, 1500, 98, 9500}, s.Levels("alice", "acme", kl, wl, now))
+	refund := llmrate.ReconcileRequest{Key: "alice", Workspace: "acme", KeyLimits: kl, WorkspaceLimits: wl,
+		Estimate: 300, Actual: 1_000_000, Refund: true, Now: now}
+	require.NoError(t, s.Reconcile(ctx, refund))
+	assert.Equal(t, [4]int64{19, 1800, 99, 9800}, s.Levels("alice", "acme", kl, wl, now),
+		"one request and the 300 estimate back to all four buckets; Actual ignored")
+
+	refund.Estimate = 900
+	require.NoError(t, s.Reconcile(ctx, refund))
+	assert.Equal(t, [4]int64{20, 2000, 100, 10000}, s.Levels("alice", "acme", kl, wl, now),
+		"a credit stops at capacity (2×10, 2×1000, 2×50, 2×5000)")
+
+	admit(700, true)
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: "solo", Workspace: "solo", KeyLimits: wl, WorkspaceLimits: wl,
+		Estimate: 500, Actual: 0, Refund: true, Solo: true, Now: now}))
+	assert.Equal(t, [4]int64{100, 9800, 100, 9800}, s.Levels("solo", "solo", wl, wl, now),
+		"a Solo key's one set of buckets gets one request and 500 back, once")
+}
