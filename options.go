@@ -46,6 +46,8 @@ type config struct {
 	errs        []error
 	nilOptions  int
 
+	maxWait           time.Duration
+	maxWaiters        int
 	maxStoreCalls     int
 	reconcileQueue    int
 	reconcileQueueSet bool
@@ -187,6 +189,8 @@ func newConfig(opts []Option) (*config, error) {
 		estimator: EstimateTokens,
 		timeout:   DefaultStoreTimeout,
 		docsURL:   DefaultDocsURL,
+
+		maxWaiters: DefaultMaxWaiters,
 	}
 	for _, o := range opts {
 		if o == nil {
