@@ -318,6 +318,8 @@ func TestStore(t *testing.T, newStore func(t *testing.T, clock func() time.Time)
 		equal(t, 200, e.burst("sk-x", 1000), "a workspace without an override keeps its tier")
 	})
 	t.Run("ShadowMatchesEnforcement", func(t *testing.T) { runShadow(t, f) })
+	t.Run("Gauges", func(t *testing.T) { runGauges(t, f) })
+	t.Run("Reservations", func(t *testing.T) { runReservations(t, f) })
 	t.Run("Concurrent250", func(t *testing.T) {
 		e := newEnv(t, f)
 		var n atomic.Int64
