@@ -286,8 +286,8 @@ func shardIndex(h uint64) uint64 { return h >> 57 & (memShards - 1) }
 // lock locks the key shard, then the workspace shard (always in that order,
 // so two admissions can never deadlock), and returns both entries, created
 // full if absent and advanced to now.
-func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, evicted int, pk, wh uint64) {
-	pk, wh = s.hashes(key, workspace, model)
+func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, evicted int) {
+	pk, wh := s.hashes(key, workspace, model)
 	ks, wsh = s.shards(pk, wh)
 	ks.mu.Lock()
 	wsh.mu.Lock()
@@ -303,7 +303,7 @@ func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int6
 	ke.advance(now, kl)
 	we.advance(now, wl)
 	we.solo = false
-	return ks, wsh, ke, we, evicted, pk, wh
+	return ks, wsh, ke, we, evicted
 }
 
 func (s *MemoryStore) noteEvictions(n int) {
@@ -314,15 +314,15 @@ func (s *MemoryStore) noteEvictions(n int) {
 }
 
 // solo returns the one entry of a Solo request (kept in the workspace map),
-// locked, created full if absent and advanced to now, and its hash.
-func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (*memShard, *entry, bool, uint64) {
+// locked, created full if absent and advanced to now.
+func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (*memShard, *entry, bool) {
 	wh := s.workspaceHash(workspace, model)
 	sh := &s.ws[shardIndex(wh)]
 	sh.mu.Lock()
 	e, ev := getEntry(sh, s.perShard, wh, lim, now)
 	e.advance(now, lim)
 	e.solo = true
-	return sh, e, ev, wh
+	return sh, e, ev
 }
 
 // ErrNoAdmissionID is the error of an admission under a gauge
@@ -337,25 +337,48 @@ var errHeldID = errors.New("llmrate: this admission ID already holds concurrency
 // and AdmitRequest.MaxWait; a slot is released by the admission's
 // Reconcile.
 func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error) {
+	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
+		return s.admitGauged(r)
+	}
 	now := r.Now.UnixNano()
 	if r.Solo {
-		gauged := r.WorkspaceLimits.ConcurrentRequests > 0
-		if gauged && r.ID == "" {
-			return Decision{}, ErrNoAdmissionID
+		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
+		d := decideSolo(e, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
+		sh.mu.Unlock()
+		if ev {
+			s.noteEvictions(1)
 		}
-		sh, e, ev, wh := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
-		var d Decision
-		if !gauged {
-			d = decideSolo(e, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
-		} else if _, dup := sh.held[r.ID]; dup {
+		return d, nil
+	}
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
+	wsh.mu.Unlock()
+	ks.mu.Unlock()
+	s.noteEvictions(ev)
+	return d, nil
+}
+
+// admitGauged is Admit under a gauge: the admission also takes a slot of
+// each gauge in force, recorded under its ID in the shard that keeps the
+// key's gauge (the workspace's for a Solo request). Kept apart so that an
+// admission without gauges costs what it did before gauges existed.
+func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
+	if r.ID == "" {
+		return Decision{}, ErrNoAdmissionID
+	}
+	now := r.Now.UnixNano()
+	if r.Solo {
+		wh := s.workspaceHash(r.Workspace, r.Model)
+		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
+		if _, dup := sh.held[r.ID]; dup {
 			sh.mu.Unlock()
 			return Decision{}, errHeldID
-		} else {
-			g := gaugeCheck{keyCap: r.WorkspaceLimits.ConcurrentRequests, keyNow: sh.inFlight[wh]}
-			if d = decideSolo(e, r.WorkspaceLimits, r.Tokens, r.MaxWait, &g); d.Allowed {
-				sh.take(wh)
-				sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
-			}
+		}
+		g := gaugeCheck{keyCap: r.WorkspaceLimits.ConcurrentRequests, keyNow: sh.inFlight[wh]}
+		d := decideSolo(e, r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
+		if d.Allowed {
+			sh.take(wh)
+			sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
 		}
 		sh.mu.Unlock()
 		if ev {
@@ -363,35 +386,31 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 		}
 		return d, nil
 	}
-	kc, wc := r.KeyLimits.ConcurrentRequests, r.WorkspaceLimits.ConcurrentRequests
-	gauged := kc > 0 || wc > 0
-	if gauged && r.ID == "" {
-		return Decision{}, ErrNoAdmissionID
+	kc, wc := max(0, r.KeyLimits.ConcurrentRequests), max(0, r.WorkspaceLimits.ConcurrentRequests)
+	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	if _, dup := ks.held[r.ID]; dup {
+		wsh.mu.Unlock()
+		ks.mu.Unlock()
+		s.noteEvictions(ev)
+		return Decision{}, errHeldID
 	}
-	ks, wsh, ke, we, ev, pk, wh := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
-	var d Decision
-	var err error
-	if !gauged {
-		d = decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
-	} else if _, dup := ks.held[r.ID]; dup {
-		err = errHeldID
-	} else {
-		g := gaugeCheck{keyCap: kc, keyNow: ks.inFlight[pk], wsCap: wc, wsNow: wsh.inFlight[wh]}
-		if d = decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens, r.MaxWait, &g); d.Allowed {
-			hs := heldSlots{key: pk, ws: wh, haveKey: kc > 0, haveWS: wc > 0}
-			if hs.haveKey {
-				ks.take(pk)
-			}
-			if hs.haveWS {
-				wsh.take(wh)
-			}
-			ks.hold(r.ID, hs)
+	g := gaugeCheck{keyCap: kc, keyNow: ks.inFlight[pk], wsCap: wc, wsNow: wsh.inFlight[wh]}
+	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
+	if d.Allowed {
+		hs := heldSlots{key: pk, ws: wh, haveKey: kc > 0, haveWS: wc > 0}
+		if hs.haveKey {
+			ks.take(pk)
 		}
+		if hs.haveWS {
+			wsh.take(wh)
+		}
+		ks.hold(r.ID, hs)
 	}
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
-	return d, err
+	return d, nil
 }
 
 // Reconcile implements Store. It also releases the gauge slots that the
@@ -399,7 +418,7 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 	now := r.Now.UnixNano()
 	if r.Solo {
-		sh, e, ev, _ := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
+		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
 		reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
 		if hs, ok := sh.unhold(r.ID); ok {
 			sh.give(hs.key)
@@ -410,7 +429,7 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 		}
 		return nil
 	}
-	ks, wsh, ke, we, ev, _, _ := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
 	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
 	if hs, ok := ks.unhold(r.ID); ok {

@@ -234,8 +234,10 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		req.ID = NewAdmissionID()
 	}
 	a.id = req.ID
-	if placed = l.takeWaitPlace(); placed {
-		req.MaxWait = c.maxWait
+	if c.maxWait > 0 {
+		if placed = l.takeWaitPlace(); placed {
+			req.MaxWait = c.maxWait
+		}
 	}
 	var err error
 	if l.mem != nil {
