@@ -54,7 +54,8 @@ type MemoryStore struct {
 	lossy    atomic.Int64
 	evict    evictNotifier
 	maxTotal int
-	err      error // an invalid option, reported by Err
+	err      error                   // an invalid option, reported by Err
+	ids      atomic.Pointer[idTable] // identities seen (memidentity.go); nil until one is
 }
 
 // entry holds the two buckets of one key (within its workspace) or of one
@@ -333,13 +334,29 @@ var ErrNoAdmissionID = errors.New("llmrate: an admission under a concurrency lim
 // errHeldID is the error of an admission whose ID already holds slots.
 var errHeldID = errors.New("llmrate: this admission ID already holds concurrency slots")
 
-// Admit implements Store. Gauges and reservations are described on Store
-// and AdmitRequest.MaxWait; a slot is released by the admission's
-// Reconcile.
+// Admit implements Store. An admission with an ID already admitted (within
+// five seconds of its clock) gets that first decision and debits nothing.
+// Gauges and reservations are described on Store and AdmitRequest.MaxWait;
+// a slot is released by the admission's Reconcile.
 func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error) {
+	if r.ID != "" {
+		return s.admitOnce(r)
+	}
+	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
+		return Decision{}, ErrNoAdmissionID
+	}
+	return s.admit(r), nil
+}
+
+// admitAny is admit, or admitGauged under a gauge.
+func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return s.admitGauged(r)
 	}
+	return s.admit(r), nil
+}
+
+func (s *MemoryStore) admit(r AdmitRequest) Decision {
 	now := r.Now.UnixNano()
 	if r.Solo {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
@@ -348,14 +365,14 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 		if ev {
 			s.noteEvictions(1)
 		}
-		return d, nil
+		return d
 	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
-	return d, nil
+	return d
 }
 
 // admitGauged is Admit under a gauge: the admission also takes a slot of
@@ -363,9 +380,6 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 // key's gauge (the workspace's for a Solo request). Kept apart so that an
 // admission without gauges costs what it did before gauges existed.
 func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
-	if r.ID == "" {
-		return Decision{}, ErrNoAdmissionID
-	}
 	now := r.Now.UnixNano()
 	if r.Solo {
 		wh := s.workspaceHash(r.Workspace, r.Model)
@@ -413,9 +427,19 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 	return d, nil
 }
 
-// Reconcile implements Store. It also releases the gauge slots that the
-// admission with r.ID took, if it still holds any.
+// Reconcile implements Store. A reconcile with an ID is applied at most
+// once (within thirty seconds of its clock). It also releases the gauge
+// slots that the admission with r.ID took, if it still holds any.
 func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
+	if r.ID != "" {
+		s.reconcileOnce(r)
+		return nil
+	}
+	s.reconcile(r)
+	return nil
+}
+
+func (s *MemoryStore) reconcile(r ReconcileRequest) {
 	now := r.Now.UnixNano()
 	if r.Solo {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
@@ -427,7 +451,7 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 		if ev {
 			s.noteEvictions(1)
 		}
-		return nil
+		return
 	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
@@ -443,7 +467,6 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
-	return nil
 }
 
 // reconcileEntry applies r to one entry's buckets (tok names its tokens

@@ -32,6 +32,7 @@ type Limiter struct {
 
 	calls     *storeCaller    // the store, when it is not the memory store
 	rq        *reconcileQueue // nil: reconciles run on the request's goroutine
+	retry     retrier         // reconciles the store failed, tried again
 	closeOnce sync.Once
 
 	stopEvictions func() // unsubscribes the observer from the store's evictions; nil when not subscribed
@@ -114,9 +115,10 @@ type admission struct {
 	model      string
 	entry      string
 	overridden bool
-	// id is the admission's identity (AdmitRequest.ID); gauged is set when
-	// a gauge was in force, so that an admitted request holds slots that
-	// its reconcile releases.
+	// id is the admission's identity (AdmitRequest.ID): always with a
+	// non-memory store, and with the memory store when a gauge is in force;
+	// gauged is set when a gauge was in force, so that an admitted request
+	// holds slots that its reconcile releases.
 	id     string
 	gauged bool
 	// waits is set when the request holds a place among the waiters and
@@ -232,8 +234,8 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		// Its slots are released by the reconcile carrying this identity.
 		a.gauged = true
 		req.ID = NewAdmissionID()
+		a.id = req.ID
 	}
-	a.id = req.ID
 	if c.maxWait > 0 {
 		if placed = l.takeWaitPlace(); placed {
 			req.MaxWait = c.maxWait
@@ -243,6 +245,10 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	if l.mem != nil {
 		a.d, err = l.mem.Admit(ctx, req)
 	} else {
+		if req.ID == "" {
+			req.ID = NewAdmissionID()
+			a.id = req.ID
+		}
 		a.d, err = l.calls.admit(ctx, req)
 	}
 	if err != nil {
@@ -320,7 +326,8 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		// The clock is read again: the charge lands when the response ended,
 		// as it does on a store with its own clock. A gauged admission is
 		// reconciled whatever its charge: the reconcile releases its slots.
-		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock(), ID: a.id}
+		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock(),
+			ID: a.id, Receipt: a.d.Receipt}
 		l.reconcile(r.Context(), a, req)
 	}
 	if ce := l.debug.Check(zap.DebugLevel, "llmrate: reconciled"); ce != nil {
@@ -343,7 +350,8 @@ func (l *Limiter) finishBusy(t *tracker) {
 	}
 	if a.gauged {
 		// The estimate stands; the reconcile only releases the slots.
-		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: a.est, Solo: l.solo, Now: l.cfg.clock(), ID: a.id}
+		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: a.est, Solo: l.solo, Now: l.cfg.clock(),
+			ID: a.id, Receipt: a.d.Receipt}
 		l.reconcile(context.Background(), a, req)
 	}
 	if o := l.cfg.observer; o != nil {

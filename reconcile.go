@@ -69,8 +69,6 @@ type reconcileQueue struct {
 	idleMu  sync.Mutex
 	idle    chan struct{} // closed when pending drops to 0; nil when nobody waits
 
-	closing  atomic.Bool
-	failedAt atomic.Int64 // reconciles that failed while Close flushed
 }
 
 func newReconcileQueue(l *Limiter, n int) *reconcileQueue {
@@ -128,10 +126,7 @@ func (q *reconcileQueue) apply(j reconcileJob) {
 		}
 	}()
 	if err := q.l.calls.reconcile(context.Background(), j.req); err != nil {
-		if q.closing.Load() {
-			q.failedAt.Add(1)
-		}
-		q.l.failOpen(&admission{key: j.req.Key, tier: j.tier}, "reconcile", &StoreError{Op: "reconcile", Err: err})
+		q.l.retryReconcile(j, err) // tried again for a few seconds
 	}
 }
 
@@ -172,12 +167,11 @@ func (q *reconcileQueue) flush(ctx context.Context) error {
 
 // close stops new reconciles from queueing, applies the queued ones until
 // ctx is done, stops the workers and returns how many queued reconciles
-// were not applied, and how many failed while it flushed.
-func (q *reconcileQueue) close(ctx context.Context) (dropped, failed int64) {
+// were not applied (those that failed go to the retrier).
+func (q *reconcileQueue) close(ctx context.Context) (dropped int64) {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
-	q.closing.Store(true)
 	_ = q.flush(ctx)
 	close(q.quit)
 	q.wg.Wait() // each worker finishes at most one store call, bounded by the store timeout
@@ -188,7 +182,7 @@ func (q *reconcileQueue) close(ctx context.Context) (dropped, failed int64) {
 			q.pending.Add(-1)
 			q.l.failOpen(&admission{key: j.req.Key, tier: j.tier}, "reconcile", &StoreError{Op: "reconcile", Err: fmt.Errorf("not applied before Close: %w", context.Cause(ctx))})
 		default:
-			return dropped, q.failedAt.Load()
+			return dropped
 		}
 	}
 }
@@ -203,7 +197,10 @@ func (l *Limiter) reconcile(ctx context.Context, a *admission, req ReconcileRequ
 	case l.rq != nil && l.rq.enqueue(reconcileJob{req: req, tier: a.tier}):
 		return
 	default:
-		err = l.calls.reconcile(ctx, req)
+		if err = l.calls.reconcile(ctx, req); err != nil {
+			l.retryReconcile(reconcileJob{req: req, tier: a.tier}, err) // tried again for a few seconds
+			return
+		}
 	}
 	if err != nil {
 		l.failOpen(a, "reconcile", &StoreError{Op: "reconcile", Err: err})
@@ -221,13 +218,15 @@ func (l *Limiter) Flush(ctx context.Context) error {
 	return l.rq.flush(ctx)
 }
 
-// Close applies the reconciles still queued, waiting for them until ctx is
-// done, stops the limiter's worker goroutines, unsubscribes its observer
+// Close applies the reconciles still queued, and retries those the store
+// failed (a failed reconcile is otherwise retried for 5 s), waiting for
+// them until ctx is done, stops the limiter's worker goroutines, unsubscribes its observer
 // from the store's evictions (EvictionNotifier) and then closes the store if
 // it has a Close(context.Context) error method. It reports the reconciles it
 // could not apply (each also counted by FailOpens and logged) and the
 // store's Close error. Requests served after Close still work: their
-// reconciles are applied on the request's goroutine. Only the first call
+// reconciles are applied on the request's goroutine, and one the store
+// fails is counted at once. Only the first call
 // does anything; later calls return nil.
 //
 // Closing the store ends it for every limiter that shares it (a Redis
@@ -241,17 +240,18 @@ func (l *Limiter) Close(ctx context.Context) error {
 		return nil
 	}
 	if q := l.rq; q != nil {
-		dropped, failed := q.close(ctx)
+		dropped := q.close(ctx)
 		if dropped > 0 {
 			errs = append(errs, fmt.Errorf("llmrate: %d queued reconciles not applied: %w", dropped, context.Cause(ctx)))
 		}
-		if failed > 0 {
-			errs = append(errs, fmt.Errorf("llmrate: %d reconciles failed while closing (logged)", failed))
-		}
-		if len(errs) > 0 {
-			if ce := l.log.Check(zap.WarnLevel, "llmrate: close"); ce != nil {
-				ce.Write(zap.Int64("not_applied", dropped), zap.Int64("failed", failed))
-			}
+	}
+	// Reconciles the store failed are retried until ctx is done.
+	if failed := l.retry.close(ctx); failed > 0 {
+		errs = append(errs, fmt.Errorf("llmrate: %d reconciles failed while closing, not applied (logged): %w", failed, context.Cause(ctx)))
+	}
+	if len(errs) > 0 {
+		if ce := l.log.Check(zap.WarnLevel, "llmrate: close"); ce != nil {
+			ce.Write(zap.Errors("errors", errs))
 		}
 	}
 	if l.stopEvictions != nil {

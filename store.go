@@ -117,15 +117,19 @@ type AdmitRequest struct {
 	// uses the server's TIME) may ignore it.
 	Now time.Time
 	// ID is this admission's identity, unique per admission (the limiter
-	// sets it from NewAdmissionID; direct callers should too). A store that
-	// is sent an ID it has already decided answers with that first decision
-	// and debits nothing again, so a caller may resend an admission whose
-	// reply was lost. Its reconcile carries the same ID. "" means no
-	// identity: the admission must not be resent. An admission under a
-	// gauge (ConcurrentRequests > 0 in KeyLimits or WorkspaceLimits) must
-	// have one: the reconcile carrying it releases the slots it took (see
-	// Store); a store refuses to take slots for an admission without one
-	// (an error, not a decision).
+	// sets it from NewAdmissionID for every store but the memory store,
+	// which loses no reply; direct callers should set it). A store that is
+	// sent an ID it has already admitted answers with that first decision
+	// and debits nothing again, so a caller (or its client library) may
+	// resend an admission whose reply was lost; a refusal debited nothing,
+	// so a store need not remember it (a repeat is decided afresh). Its
+	// reconcile carries the same ID. "" means no identity: the admission
+	// must not be resent. See Store for how long identities are kept.
+	// An admission under a gauge (ConcurrentRequests > 0 in KeyLimits or
+	// WorkspaceLimits) must have an ID, with every store: the reconcile
+	// carrying it releases the slots it took (see Store); a store refuses
+	// to take slots for an admission without one (an error, not a
+	// decision).
 	ID string
 	// MaxWait is how long the caller is willing to hold the request for a
 	// reservation (WithMaxWait): a request that does not fit now but would
@@ -198,9 +202,10 @@ type ReconcileRequest struct {
 	Solo   bool // as in AdmitRequest
 	Now    time.Time
 	// ID is the admission's AdmitRequest.ID. A store applies a reconcile
-	// with a given non-empty ID at most once, whatever the caller (or its
-	// client library) resends, and releases the admission's gauge slots at
-	// most once.
+	// (or refund) with a given non-empty ID at most once, whatever the
+	// caller (or its client library) resends: a caller may retry one whose
+	// outcome it does not know (the limiter retries a failed reconcile for
+	// 5 s). It releases the admission's gauge slots at most once.
 	ID string
 	// Receipt is the admission's Decision.Receipt, unchanged.
 	Receipt string
@@ -230,6 +235,18 @@ const MaxRetryAfter = 60 * time.Second
 // Admit checks and debits all four buckets atomically, all or nothing: a
 // refused request changes no bucket. Reconcile applies one reconcile to both
 // tokens buckets atomically.
+//
+// Identity: an admission with an ID (AdmitRequest.ID) that the store has
+// admitted is answered, when sent again, with that first decision, and
+// debits nothing again; a reconcile with an ID (ReconcileRequest.ID) is
+// applied at most once; a refund (ReconcileRequest.Refund) is a reconcile.
+// A store keeps an admission's identity at least as long as a caller may
+// resend it (the built-in stores: 5 s; the limiter resends within its store
+// timeout) and a reconcile's longer than a caller retries it (the built-in
+// stores: 30 s; the limiter retries for 5 s). A reconcile goes back to the
+// store that decided its admission (Decision.Receipt says which, for a
+// store of stores such as Redis with a local fallback). llmratetest checks
+// all of this.
 //
 // A bucket's identity is (Key, Workspace, Model) for the key's buckets and
 // (Workspace, Model) for the workspace's: a store must fold Model into both

@@ -26,8 +26,13 @@
 // no reset and no free refill; two keys spending one workspace; requests
 // that never fit; figures near llmrate.MaxPerMinute over years; per-model
 // buckets (AdmitRequest.Model) kept apart per key and per workspace;
-// shadow-mode decisions identical to enforcement's on random traces; and
-// 250 concurrent requests admitting exactly the 200 the figures allow.
+// shadow-mode decisions identical to enforcement's on random traces; 250
+// concurrent requests admitting exactly the 200 the figures allow; and,
+// calling the store directly, the Store contract's identities: an
+// admission sent again with its AdmitRequest.ID is answered with its first
+// decision and debited once, a reconcile sent again with its ID is applied
+// once, and a refund (ReconcileRequest.Refund) gives one request and the
+// estimate back to all four buckets, once.
 //
 // Gauges and reservations are checked through the Store interface itself,
 // as a caller other than the limiter uses it: concurrency gauges

@@ -318,6 +318,7 @@ func TestStore(t *testing.T, newStore func(t *testing.T, clock func() time.Time)
 		equal(t, 200, e.burst("sk-x", 1000), "a workspace without an override keeps its tier")
 	})
 	t.Run("ShadowMatchesEnforcement", func(t *testing.T) { runShadow(t, f) })
+	t.Run("Identity", func(t *testing.T) { runIdentity(t, f) })
 	t.Run("Gauges", func(t *testing.T) { runGauges(t, f) })
 	t.Run("Reservations", func(t *testing.T) { runReservations(t, f) })
 	t.Run("Concurrent250", func(t *testing.T) {
@@ -493,6 +494,91 @@ func runShadow(t *testing.T, f factory) {
 			t.Fatalf("seed %d: the trace refused nothing, so it proves nothing", seed)
 		}
 	}
+}
+
+// direct is a store under test called directly (not through a limiter),
+// with its clock; the store is closed when the test ends, when it can be.
+type direct struct {
+	t     *testing.T
+	s     llmrate.Store
+	clock *Clock
+}
+
+func newDirect(t *testing.T, f factory) *direct {
+	c := NewClock()
+	s := f(t, c.Now)
+	if cl, ok := s.(interface{ Close(context.Context) error }); ok {
+		t.Cleanup(func() {
+			if err := cl.Close(context.Background()); err != nil {
+				t.Errorf("closing the store: %v", err)
+			}
+		})
+	}
+	return &direct{t: t, s: s, clock: c}
+}
+
+// Figures of the identity tests: key capacity 20 requests and 2,000
+// tokens, workspace 200 and 20,000.
+var (
+	idKey = llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1000}
+	idWs  = llmrate.Limits{RequestsPerMinute: 100, TokensPerMinute: 10_000}
+)
+
+func (d *direct) admit(id string, tokens int64) llmrate.Decision {
+	d.t.Helper()
+	dec, err := d.s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-id", Workspace: "ws-id", KeyLimits: idKey, WorkspaceLimits: idWs,
+		Tokens: tokens, Now: d.clock.Now(), ID: id})
+	if err != nil {
+		d.t.Fatalf("Admit: %v", err)
+	}
+	return dec
+}
+
+func (d *direct) reconcile(id, receipt string, estimate, actual int64, refund bool) {
+	d.t.Helper()
+	err := d.s.Reconcile(context.Background(), llmrate.ReconcileRequest{Key: "sk-id", Workspace: "ws-id", KeyLimits: idKey, WorkspaceLimits: idWs,
+		Estimate: estimate, Actual: actual, Now: d.clock.Now(), ID: id, Receipt: receipt, Refund: refund})
+	if err != nil {
+		d.t.Fatalf("Reconcile: %v", err)
+	}
+}
+
+// runIdentity checks the Store contract's identities: an admission sent
+// again with its ID is answered with its first decision and debits
+// nothing again; a reconcile (or refund) sent again with its ID is applied
+// once; a refund gives the admission back in full.
+func runIdentity(t *testing.T, f factory) {
+	t.Run("AdmissionRepeated", func(t *testing.T) {
+		d := newDirect(t, f)
+		id := llmrate.NewAdmissionID()
+		first := d.admit(id, 300)
+		mustEqual(t, true, first.Allowed, "allowed")
+		equal(t, [4]int64{19, 1700, 199, 19_700}, first.Remaining, "remaining after 300 tokens")
+		again := d.admit(id, 300)
+		equal(t, true, again.Allowed, "the repeat's decision")
+		equal(t, first.Remaining, again.Remaining, "the repeat is answered with the first decision")
+		equal(t, [4]int64{18, 1699, 198, 19_699}, d.admit(llmrate.NewAdmissionID(), 1).Remaining, "debited once, then one more token")
+	})
+	t.Run("ReconcileRepeated", func(t *testing.T) {
+		d := newDirect(t, f)
+		id := llmrate.NewAdmissionID()
+		dec := d.admit(id, 300)
+		mustEqual(t, true, dec.Allowed, "allowed")
+		for range 3 {
+			d.reconcile(id, dec.Receipt, 300, 800, false) // 500 more tokens
+		}
+		equal(t, [4]int64{18, 1200 - 1, 198, 19_200 - 1}, d.admit(llmrate.NewAdmissionID(), 1).Remaining, "the 500 debited once")
+	})
+	t.Run("Refund", func(t *testing.T) {
+		d := newDirect(t, f)
+		id := llmrate.NewAdmissionID()
+		dec := d.admit(id, 300)
+		mustEqual(t, true, dec.Allowed, "allowed")
+		for range 2 {
+			d.reconcile(id, dec.Receipt, 300, 1_000_000, true)
+		}
+		equal(t, [4]int64{19, 1999, 199, 19_999}, d.admit(llmrate.NewAdmissionID(), 1).Remaining, "refunded in full, once; Actual ignored")
+	})
 }
 
 // equal reports a failure unless got is want; msg (a format and its

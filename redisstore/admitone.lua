@@ -86,3 +86,28 @@ local function admit_one(kkey, wkey, now, arg)
   if nv then never = 1 end
   return {0, refused, retry, never, kr, kt, wr, wt}
 end
+
+-- DEC is an admitted decision as its identity record holds it: its four
+-- levels (kr, kt, wr, wt) as little-endian doubles (allowed, refused,
+-- retry and never are 1, 0, 0, 0 for every admitted one).
+local DEC = "<dddd"
+
+-- admit_id is admit_one for an admission with an identity record idkey
+-- ("": none): an admission already admitted under it answers with that
+-- first decision and debits nothing again; an admission is recorded there,
+-- for life ms. A refused one is not recorded (it debited nothing, so
+-- deciding it again is harmless).
+local function admit_id(kkey, wkey, idkey, now, arg, life)
+  if idkey ~= "" then
+    local v = redis.call("GET", idkey)
+    if v then
+      local a, b, c, d = struct.unpack(DEC, v)
+      return {1, 0, 0, 0, a, b, c, d}
+    end
+  end
+  local r = admit_one(kkey, wkey, now, arg)
+  if idkey ~= "" and r[1] == 1 then
+    redis.call("SET", idkey, struct.pack(DEC, r[5], r[6], r[7], r[8]), "PX", life)
+  end
+  return r
+end

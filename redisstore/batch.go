@@ -4,8 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -45,8 +43,8 @@ var (
 // concurrent admissions lets the short ones end calls the long ones share.
 // So with batching, keep the store's timeout under half the limiter's
 // (WithStoreTimeout) and both well above Redis's latency. As without
-// batching, calls end by their deadlines only on a client with
-// ContextTimeoutEnabled.
+// batching, calls end by their deadlines whatever the client (see
+// HonoursContext).
 //
 // max must be at least 1; over 1 it is refused on other clients than a
 // single-node or Sentinel *redis.Client (a Cluster client or Ring routes a
@@ -90,7 +88,7 @@ func (s *Store) admitBatched(ctx context.Context, r llmrate.AdmitRequest) (llmra
 			b.handOffLocked()
 			b.mu.Unlock()
 		}()
-		res, err := s.call(ctx, true, []string{k, w}, []any{s.nowArg(), admitArg(r)}, 1)
+		res, err := s.call(ctx, []*pending{{r: r, k: k, w: w}})
 		if err != nil {
 			return s.admitLocal(ctx, r, err)
 		}
@@ -217,13 +215,6 @@ func (s *Store) runBatch(batch []*pending) {
 	if len(live) == 0 {
 		return
 	}
-	keys := make([]string, 0, 2*len(live))
-	args := make([]any, 0, 1+len(live))
-	args = append(args, s.nowArg())
-	for _, p := range live {
-		keys = append(keys, p.k, p.w)
-		args = append(args, admitArg(p.r))
-	}
 	// The call ends by the earliest deadline among its admissions, so that
 	// each caller (the one running it included) is answered within its own;
 	// the others then get the fallback's answer, or the error.
@@ -239,7 +230,7 @@ func (s *Store) runBatch(batch []*pending) {
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
-	res, err := s.call(ctx, false, keys, args, len(live))
+	res, err := s.call(ctx, live)
 	for i, p := range live {
 		if err != nil {
 			p.d, p.err = s.admitLocal(context.Background(), p.r, err)
@@ -250,43 +241,50 @@ func (s *Store) runBatch(batch []*pending) {
 	}
 }
 
-// call runs n admissions (keys and args as batch.lua takes them) in one
-// script call and returns their 8n results, or the error. One admission is
-// sent as admit.lua, which costs the server less than a batch of one.
-//
-// With own, the call carries only the admission of the caller whose context
-// is ctx; else it carries a batch, and ctx ends at the earliest deadline
-// among its admissions. Either way the call is bounded by the store's
-// timeout too (bound: no timer of its own when ctx's deadline is that near
-// already). A failed call counts as a Redis failure (Errors, and the three
-// in a row that stop the store trying for WithRetryInterval), a deadline
-// passing included: Redis did not answer within the time allowed. Not
-// counted: a call whose context was done before it started (nothing was
-// sent), and a caller's explicit cancellation of its own lone call before
-// the store's timeout (the caller gave up, Redis did not fail).
-func (s *Store) call(ctx context.Context, own bool, keys []string, args []any, n int) ([]int64, error) {
-	if err := ctx.Err(); err != nil {
-		// Done before anything was sent: not a Redis failure.
-		return nil, fmt.Errorf("redisstore: %w", err)
+// call runs the admissions of batch in one script call and returns their
+// 8 results each, or the error. One admission is sent as admit.lua, which
+// costs the server less than a batch of one. ctx ends the call: through
+// the limiter it is the one caller's context, or for a batch it ends at the
+// earliest deadline among its admissions; the store's timeout bounds it
+// too (see run, which counts failures and resends a call whose reply was
+// lost when every admission in it has an ID).
+func (s *Store) call(ctx context.Context, batch []*pending) ([]int64, error) {
+	n := len(batch)
+	resend := true
+	for _, p := range batch {
+		resend = resend && p.r.ID != ""
 	}
-	start := time.Now()
-	cctx, cancel := s.bound(ctx)
-	defer cancel()
-	script := batchScript
+	life := admitIDLife.Milliseconds()
+	var v any
+	var err error
 	if n == 1 {
-		script = admitScript
-	}
-	res, err := script.Run(cctx, s.c, keys, args...).Int64Slice()
-	if err == nil && len(res) != 8*n {
-		err = errors.New("admission script returned " + strconv.Itoa(len(res)) + " values for " + strconv.Itoa(n) + " admissions")
+		p := batch[0]
+		keys := []string{p.k, p.w}
+		if p.r.ID != "" {
+			keys = append(keys, idKey(p.w, 'a', p.r.ID))
+		}
+		v, err = s.run(ctx, admitScript, keys, []any{s.nowArg(), admitArg(p.r), life}, resend)
+	} else {
+		keys := make([]string, 0, 3*n)
+		args := make([]any, 0, 2+n)
+		args = append(args, s.nowArg(), life)
+		for _, p := range batch {
+			id := ""
+			if p.r.ID != "" {
+				id = idKey(p.w, 'a', p.r.ID)
+			}
+			keys = append(keys, p.k, p.w, id)
+			args = append(args, admitArg(p.r))
+		}
+		v, err = s.run(ctx, batchScript, keys, args, resend)
 	}
 	if err != nil {
-		if own && errors.Is(ctx.Err(), context.Canceled) && time.Since(start) < s.timeout {
-			return nil, fmt.Errorf("redisstore: %w", err)
-		}
+		return nil, err
+	}
+	res, err := int64s(v, 8*n)
+	if err != nil {
 		return nil, s.failed(err)
 	}
-	s.succeeded()
 	return res, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,20 +26,20 @@ var (
 	leaseReconcileScript = redis.NewScript(arithLua + entryLua + leaseBucketLua + leaseReconcileLua)
 )
 
-// Lease timing. A lease unused for leaseIdle is returned by the store's
-// returner, which looks every leaseTick, so within leaseIdle+leaseTick of
-// its last use. Its record lives leaseLife in Redis, but the process uses
-// it only for leaseUse after its request was sent, so that a lease in use
-// is renewed (and its unused part credited back) while its record is still
-// there: its last use is before leaseUse, and it is renewed or returned
-// within leaseIdle+leaseTick of that, before leaseLife. Only a process that
-// stalls that long, or dies, lets a record expire; its unused part is then
-// lost to the bucket, which refills as usual.
+// Lease timing. A lease is used for at most leaseUse after its request
+// was sent (local clock), so that every process holding one goes back to
+// Redis, and sees a debt another process's reconcile left there, within
+// leaseUse and a round trip. A lease unused for leaseIdle is returned by
+// the store's returner, which looks every leaseTick. Its record lives
+// leaseLife in Redis, well past leaseUse, so that a lease in use is renewed
+// (and its unused part credited back) while its record is still there:
+// only a process that stalls that long, or dies, lets a record expire; its
+// unused part is then lost to the bucket, which refills as usual.
 const (
 	leaseIdle = 750 * time.Millisecond
 	leaseTick = 250 * time.Millisecond
 	leaseLife = 3 * time.Second
-	leaseUse  = leaseLife - leaseIdle - leaseTick
+	leaseUse  = 100 * time.Millisecond
 )
 
 // WithLeases lets each process take, in one round trip, a lease of up to
@@ -71,10 +72,13 @@ const (
 //
 // A reconcile that a key's and its workspace's leases can absorb is applied
 // to them; any other goes to Redis as without leases, returning this
-// process's leases of the key and workspace first. It does not reach other
-// processes' leases: when it leaves a bucket in debt, they may still admit
-// their unused parts (so up to (processes − 1) × share × capacity more than
-// one exact limit would) until they next go to Redis, within 2 s. Every process sharing the
+// process's leases of the key and workspace in the same call, so this
+// process admits nothing more on them (a renewal in flight meanwhile is
+// not used). It does not reach other processes' leases: when it leaves a
+// bucket in debt, they may still admit their unused parts (so up to
+// (processes − 1) × share × capacity more than one exact limit would)
+// until they next go to Redis: a process uses a lease for at most 100 ms
+// after asking for it, so within 100 ms and a round trip. Every process sharing the
 // buckets must use leases, or none: a process without them does not see
 // the capacity out on lease. The store then runs a goroutine that returns
 // idle leases; Close stops it and returns every lease.
@@ -104,7 +108,14 @@ type leaser struct {
 	closing bool           // set by Close: no renewal starts after it
 	flying  sync.WaitGroup // renewals in flight, which Close waits for
 
-	local atomic.Int64 // admissions decided on a lease
+	local atomic.Int64  // admissions decided on a lease
+	gen   atomic.Uint64 // the last lease generation granted
+}
+
+// field returns the name of a new lease's record: this process's lease id
+// and a fresh generation, so that no two grants share a record.
+func (lz *leaser) field() string {
+	return lz.id + ":" + strconv.FormatUint(lz.gen.Add(1), 36)
 }
 
 // part is one entry's lease (its requests and tokens buckets).
@@ -115,6 +126,7 @@ type part struct {
 	level [2]int64       // Redis levels after the last call, without the lease
 	until time.Time      // not used from then on (local clock)
 	used  time.Time      // last admission against it, or its grant
+	field string         // its record's name in the lease hash; "" when none is out
 }
 
 // covers reports whether p can admit a request of n tokens under lim now.
@@ -128,18 +140,27 @@ func (p *part) take(now time.Time, n int64) {
 	p.used = now
 }
 
-// set installs a lease granted under lim (zero: none).
-func (p *part) set(lim llmrate.Limits, granted, level [2]int64, now time.Time) {
+// set installs a lease granted under lim (zero: none) as record field.
+// An unusable lease (granted before a debt this process reconciled) is
+// kept only to be returned whole.
+func (p *part) set(lim llmrate.Limits, granted, level [2]int64, now time.Time, field string, usable bool) {
 	p.lim, p.left, p.gross, p.used, p.until = lim, granted, granted, now, now.Add(leaseUse)
 	p.level = [2]int64{level[0] - granted[0], level[1] - granted[1]}
+	p.field = ""
+	if granted != ([2]int64{}) {
+		p.field = field
+	}
+	if !usable {
+		p.until = now
+	}
 }
 
-// out returns p's unused part and forgets the lease (its record is then
-// returned by the caller).
-func (p *part) out() [2]int64 {
-	left := p.left
-	p.left, p.gross = [2]int64{}, [2]int64{}
-	return left
+// out returns p's record name ("" when none is out) and unused part, and
+// forgets the lease (its record is then returned by the caller).
+func (p *part) out() (string, [2]int64) {
+	left, field := p.left, p.field
+	p.left, p.gross, p.field = [2]int64{}, [2]int64{}, ""
+	return field, left
 }
 
 // group is one workspace's leases in this process: the workspace lease and
@@ -150,6 +171,12 @@ type group struct {
 	keys  map[string]*keyLease // by key entry name
 	ready chan struct{}        // non-nil while a renewal is in flight; closed after
 	dead  bool                 // forgotten by the returner: look the group up again
+	// A reconcile that debits Redis bumps epoch as it starts and ends,
+	// and counts itself in reconciling meanwhile: a renewal that saw
+	// either change while in flight may have been granted before the
+	// debt, and its lease is not used.
+	epoch       uint64
+	reconciling int
 }
 
 // keyLease is one key's lease and recent use.
@@ -262,6 +289,12 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 			case <-ready:
 				continue
 			case <-ctx.Done():
+				// The deadline passed while Redis was slow: the fallback
+				// decides, as for a call of its own that timed out. A
+				// caller that gave up gets its error.
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					return s.admitLocal(ctx, r, fmt.Errorf("redisstore: waiting for a lease renewal: %w", ctx.Err()))
+				}
 				return llmrate.Decision{}, ctx.Err()
 			}
 		}
@@ -292,29 +325,33 @@ func (s *Store) renew(ctx context.Context, g *group, kl *keyLease, k, w string, 
 		return s.admitPlain(ctx, k, w, r)
 	}
 	defer s.leases.flying.Done()
-	var ret [4]int64
-	kown := ""
-	wr := g.ws.out()
-	ret[2], ret[3] = wr[0], wr[1]
+	lc := leaseCall{k: k, w: w, id: r.ID, tokens: r.Tokens, kl: r.KeyLimits, wl: r.WorkspaceLimits, solo: r.Solo, want: want}
+	var wr [2]int64
+	lc.wown, wr = g.ws.out()
+	lc.ret[2], lc.ret[3] = wr[0], wr[1]
+	lc.wnew = s.leases.field()
 	if !r.Solo {
-		kown = s.leases.id
-		kr := kl.out()
-		ret[0], ret[1] = kr[0], kr[1]
+		var kr [2]int64
+		lc.kown, kr = kl.out()
+		lc.ret[0], lc.ret[1] = kr[0], kr[1]
+		lc.knew = s.leases.field()
 	}
 	// Every caller of this workspace waits for this call (see admitLeased).
 	ready := make(chan struct{})
 	g.ready = ready
+	epoch := g.epoch
 	g.mu.Unlock()
 
-	d, granted, err := s.runLease(ctx, s.leases.id, kown, k, w, r.Tokens, r.KeyLimits, r.WorkspaceLimits, r.Solo, want, ret)
+	d, granted, err := s.runLease(ctx, lc)
 	g.mu.Lock()
 	g.ready = nil
 	close(ready)
 	if err == nil {
+		usable := g.epoch == epoch && g.reconciling == 0
 		rem := d.Remaining
-		g.ws.set(r.WorkspaceLimits, [2]int64{granted[2], granted[3]}, [2]int64{rem[2], rem[3]}, now)
+		g.ws.set(r.WorkspaceLimits, [2]int64{granted[2], granted[3]}, [2]int64{rem[2], rem[3]}, now, lc.wnew, usable)
 		if !r.Solo {
-			kl.set(r.KeyLimits, [2]int64{granted[0], granted[1]}, [2]int64{rem[0], rem[1]}, now)
+			kl.set(r.KeyLimits, [2]int64{granted[0], granted[1]}, [2]int64{rem[0], rem[1]}, now, lc.knew, usable)
 			kl.wl = r.WorkspaceLimits
 		}
 	}
@@ -327,28 +364,44 @@ func (s *Store) renew(ctx context.Context, g *group, kl *keyLease, k, w string, 
 
 // admitPlain is one lease.lua call that neither takes nor returns a lease.
 func (s *Store) admitPlain(ctx context.Context, k, w string, r llmrate.AdmitRequest) (llmrate.Decision, error) {
-	d, _, err := s.runLease(ctx, "", "", k, w, r.Tokens, r.KeyLimits, r.WorkspaceLimits, r.Solo, [4]int64{}, [4]int64{})
+	d, _, err := s.runLease(ctx, leaseCall{k: k, w: w, id: r.ID, tokens: r.Tokens, kl: r.KeyLimits, wl: r.WorkspaceLimits, solo: r.Solo})
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
 	}
 	return d, nil
 }
 
-// runLease runs lease.lua once; wown and kown name the holder whose
-// workspace and key leases are returned ("" = none).
-func (s *Store) runLease(ctx context.Context, wown, kown, k, w string, tokens int64, kl, wl llmrate.Limits, solo bool, want, ret [4]int64) (llmrate.Decision, [4]int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	res, err := leaseScript.Run(ctx, s.c, []string{k, w, k + ":l", w + ":l"}, s.nowArg(), wown, tokens,
-		kl.RequestsPerMinute, kl.TokensPerMinute, wl.RequestsPerMinute, wl.TokensPerMinute, soloArg(solo),
-		want[0], want[1], want[2], want[3], ret[0], ret[1], ret[2], ret[3], leaseLife.Microseconds(), kown).Int64Slice()
-	if err == nil && len(res) != 12 {
-		err = fmt.Errorf("lease script returned %d values", len(res))
+// leaseCall is one lease.lua call.
+type leaseCall struct {
+	k, w   string
+	id     string // the admission's identity; "" for none (and for a return only)
+	tokens int64  // -1: a return only
+	kl, wl llmrate.Limits
+	solo   bool
+	want   [4]int64 // the lease wanted
+	ret    [4]int64 // the unused parts of the leases returned
+	// The records of the leases returned ("" = none), and of those
+	// granted ("" = none wanted).
+	wown, kown, wnew, knew string
+}
+
+// runLease runs lease.lua once.
+func (s *Store) runLease(ctx context.Context, c leaseCall) (llmrate.Decision, [4]int64, error) {
+	keys := []string{c.k, c.w, c.k + ":l", c.w + ":l"}
+	if c.id != "" {
+		keys = append(keys, idKey(c.w, 'a', c.id))
 	}
+	v, err := s.run(ctx, leaseScript, keys, []any{s.nowArg(), c.wown, c.tokens,
+		c.kl.RequestsPerMinute, c.kl.TokensPerMinute, c.wl.RequestsPerMinute, c.wl.TokensPerMinute, soloArg(c.solo),
+		c.want[0], c.want[1], c.want[2], c.want[3], c.ret[0], c.ret[1], c.ret[2], c.ret[3], leaseLife.Microseconds(), c.kown,
+		c.wnew, c.knew, admitIDLife.Milliseconds()}, c.id != "" || c.tokens < 0)
+	if err != nil {
+		return llmrate.Decision{}, [4]int64{}, err
+	}
+	res, err := int64s(v, 12)
 	if err != nil {
 		return llmrate.Decision{}, [4]int64{}, s.failed(err)
 	}
-	s.succeeded()
 	return decisionFrom(res[:8]), [4]int64{res[8], res[9], res[10], res[11]}, nil
 }
 
@@ -357,7 +410,12 @@ func (s *Store) runLease(ctx context.Context, wown, kown, k, w string, tokens in
 // the key's and the workspace's unused parts cover is taken from them, a
 // credit up to what was used of them goes back into them. Otherwise both
 // are returned in the same call, before the reconcile is applied in Redis,
-// so that this process's next admission sees the buckets' debt.
+// so that this process admits nothing more on them: the next admission goes
+// to Redis and sees the buckets' debt. A renewal in flight meanwhile may
+// have been granted before the debt: its lease is not used (see group).
+// A refund, and a repeat of a reconcile sent to Redis before (Redis alone
+// knows whether it was applied), always go to Redis; a repeat of one a
+// lease absorbed is not applied again.
 func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest) error {
 	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
 	var wown, kown string
@@ -366,46 +424,67 @@ func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest)
 	lz.mu.Lock()
 	g := lz.held[w]
 	lz.mu.Unlock()
+	seen, absorbed := s.seenBefore(r.ID)
+	if absorbed {
+		return nil // applied once already, to this process's leases
+	}
+	dk, dw := r.BoundedActual(llmrate.KeyTokens)-r.Estimate, r.BoundedActual(llmrate.WorkspaceTokens)-r.Estimate
+	debit := !r.Refund && (dk > 0 || dw > 0)
 	if g != nil {
 		g.mu.Lock()
-		if g.ready == nil && !g.dead {
+		if !g.dead {
 			now := s.localNow()
 			kl := g.keys[k]
-			dk, dw := r.BoundedActual(llmrate.KeyTokens)-r.Estimate, r.BoundedActual(llmrate.WorkspaceTokens)-r.Estimate
 			fits := func(p *part, lim llmrate.Limits, d int64) bool { // d applies to p's tokens
 				if p.lim != lim || !now.Before(p.until) || p.gross == ([2]int64{}) {
 					return false
 				}
 				return d >= 0 && p.left[1] >= d || d <= 0 && -d <= p.gross[1]-p.left[1]
 			}
-			if r.Solo && fits(&g.ws, r.WorkspaceLimits, dw) {
+			local := g.ready == nil && !r.Refund && !seen
+			if local && r.Solo && fits(&g.ws, r.WorkspaceLimits, dw) {
 				g.ws.left[1] -= dw
 				g.mu.Unlock()
+				s.noteSeen(r.ID, true)
 				return nil
 			}
-			if !r.Solo && kl != nil && (dk >= 0) == (dw >= 0) && fits(&g.ws, r.WorkspaceLimits, dw) && fits(&kl.part, r.KeyLimits, dk) {
+			if local && !r.Solo && kl != nil && (dk >= 0) == (dw >= 0) && fits(&g.ws, r.WorkspaceLimits, dw) && fits(&kl.part, r.KeyLimits, dk) {
 				g.ws.left[1] -= dw
 				kl.left[1] -= dk
 				g.mu.Unlock()
+				s.noteSeen(r.ID, true)
 				return nil
 			}
-			if g.ws.gross != ([2]int64{}) {
-				wown = lz.id
-				wr := g.ws.out()
-				ret[2], ret[3] = wr[0], wr[1]
-			}
-			if !r.Solo && kl != nil && kl.gross != ([2]int64{}) {
-				kown = lz.id
-				kr := kl.out()
+			// To Redis: this process's leases go back first (a renewal in
+			// flight has taken them out already).
+			var wr, kr [2]int64
+			wown, wr = g.ws.out()
+			ret[2], ret[3] = wr[0], wr[1]
+			if !r.Solo && kl != nil {
+				kown, kr = kl.out()
 				ret[0], ret[1] = kr[0], kr[1]
+			}
+			if debit {
+				g.epoch++
+				g.reconciling++
+				defer func() {
+					g.mu.Lock()
+					g.epoch++
+					g.reconciling--
+					g.mu.Unlock()
+				}()
 			}
 		}
 		g.mu.Unlock()
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	keys := []string{k, w, k + ":l", w + ":l"}
+	if r.ID != "" {
+		keys = append(keys, idKey(w, 'r', r.ID))
+	}
 	args := append(reconcileArgs(s.nowArg(), r), wown, ret[0], ret[1], ret[2], ret[3], kown)
-	return leaseReconcileScript.Run(ctx, s.c, []string{k, w, k + ":l", w + ":l"}, args...).Err()
+	s.noteSeen(r.ID, false) // a repeat goes to Redis, applied or not
+	_, err := s.run(ctx, leaseReconcileScript, keys, args, r.ID != "")
+	return err
 }
 
 // returner returns leases unused for leaseIdle, until Close.
@@ -433,6 +512,7 @@ func (s *Store) returnLeases(ctx context.Context, idleSince time.Time) error {
 	type ret struct {
 		k, w   string
 		kl, wl llmrate.Limits
+		field  string
 		left   [2]int64
 		ws     bool // the workspace lease; else a key's
 	}
@@ -443,11 +523,13 @@ func (s *Store) returnLeases(ctx context.Context, idleSince time.Time) error {
 		g.mu.Lock()
 		if g.ready == nil {
 			if g.ws.gross != ([2]int64{}) && (all || g.ws.used.Before(idleSince)) {
-				rets = append(rets, ret{k: w, w: w, kl: g.ws.lim, wl: g.ws.lim, left: g.ws.out(), ws: true})
+				f, left := g.ws.out()
+				rets = append(rets, ret{k: w, w: w, kl: g.ws.lim, wl: g.ws.lim, field: f, left: left, ws: true})
 			}
 			for k, kl := range g.keys {
 				if kl.gross != ([2]int64{}) && (all || kl.used.Before(idleSince)) {
-					rets = append(rets, ret{k: k, w: w, kl: kl.lim, wl: kl.wl, left: kl.out()})
+					f, left := kl.out()
+					rets = append(rets, ret{k: k, w: w, kl: kl.lim, wl: kl.wl, field: f, left: left})
 				}
 				if !all && kl.gross == ([2]int64{}) && kl.redis.Before(idleSince.Add(leaseIdle-time.Second)) {
 					delete(g.keys, k)
@@ -465,9 +547,9 @@ func (s *Store) returnLeases(ctx context.Context, idleSince time.Time) error {
 	for _, r := range rets {
 		var err error
 		if r.ws { // as solo: only the workspace entry is touched
-			_, _, err = s.runLease(ctx, lz.id, "", r.w, r.w, -1, r.wl, r.wl, true, [4]int64{}, [4]int64{0, 0, r.left[0], r.left[1]})
+			_, _, err = s.runLease(ctx, leaseCall{k: r.w, w: r.w, tokens: -1, kl: r.wl, wl: r.wl, solo: true, ret: [4]int64{0, 0, r.left[0], r.left[1]}, wown: r.field})
 		} else {
-			_, _, err = s.runLease(ctx, "", lz.id, r.k, r.w, -1, r.kl, r.wl, false, [4]int64{}, [4]int64{r.left[0], r.left[1], 0, 0})
+			_, _, err = s.runLease(ctx, leaseCall{k: r.k, w: r.w, tokens: -1, kl: r.kl, wl: r.wl, ret: [4]int64{r.left[0], r.left[1], 0, 0}, kown: r.field})
 		}
 		if err != nil {
 			errs = append(errs, err)

@@ -1,25 +1,37 @@
--- KEYS as admit.lua. ARGV: now_us, estimate, key actual, ws actual (each
--- already bounded at 2x its bucket's capacity), key rpm, key tpm, ws rpm,
--- ws tpm, solo (as in admit.lua).
+-- KEYS as admit.lua, KEYS[3] (optional) being the reconcile's identity
+-- record: a reconcile is applied only when its record is absent, and
+-- writes it (for ARGV[11] ms), so a resent reconcile is applied once.
+-- ARGV: now_us, estimate, key actual, ws actual (each already bounded at
+-- 2x its bucket's capacity), key rpm, key tpm, ws rpm, ws tpm, solo (as in
+-- admit.lua), refund ("1": credit one request and the estimate back,
+-- actuals ignored), the record's life in ms.
+-- Returns 1 when applied, 0 when already applied under its identity.
+if KEYS[3] and not redis.call("SET", KEYS[3], "1", "NX", "PX", ARGV[11]) then return 0 end
 local now = now_us(ARGV[1])
 local est = tonumber(ARGV[2])
 local ka, wa = tonumber(ARGV[3]), tonumber(ARGV[4])
 local krr, ktr, wrr, wtr = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local function adjust(e, actual, cap)
+local refund = ARGV[10] == "1"
+local function adjust(e, actual, rcap, tcap)
+  if refund then
+    e[2] = e[2] + 1
+    if e[2] >= rcap then e[2], e[3] = rcap, 0 end
+    actual = 0
+  end
   local l = e[4] - (actual - est)
-  if actual > est and l < -2 * cap then l = -2 * cap end
-  if l >= cap then
-    l = cap
+  if actual > est and l < -2 * tcap then l = -2 * tcap end
+  if l >= tcap then
+    l = tcap
     e[5] = 0
   end
   e[4] = l
 end
 local w = load(KEYS[2], now, wrr, wtr)
-adjust(w, wa, 2 * wtr)
+adjust(w, wa, 2 * wrr, 2 * wtr)
 store(KEYS[2], w, wrr, wtr)
 if ARGV[9] ~= "1" then
   local k = load(KEYS[1], now, krr, ktr)
-  adjust(k, ka, 2 * ktr)
+  adjust(k, ka, 2 * krr, 2 * ktr)
   store(KEYS[1], k, krr, ktr)
 end
 return 1

@@ -30,7 +30,8 @@ func storeOptions(ctx context.Context, redisURL string, timeout time.Duration, l
 		return nil, nil, fmt.Errorf("-redis: %w", err)
 	}
 	opt.DialTimeout = 100 * time.Millisecond
-	opt.MaxRetries = -1 // a retry would blow the store timeout; fail open instead
+	opt.MaxRetries = -1              // the store resends a call whose reply was lost itself, within its timeout
+	opt.ContextTimeoutEnabled = true // calls end at their deadline (WithTimeout) in go-redis itself
 	client := redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

@@ -38,7 +38,7 @@ func main() {
 	if hashKey == "" {
 		log.Fatal("set LLMRATE_HASH_KEY to a secret of at least 16 bytes, the same for every gateway")
 	}
-	client := redis.NewClient(&redis.Options{Addr: *addr, MaxRetries: -1})
+	client := redis.NewClient(&redis.Options{Addr: *addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer client.Close()
 	lim, err := newLimiter(client, []byte(hashKey), nil)
 	if err != nil {
