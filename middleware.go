@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"runtime"
 	"sync"
@@ -29,6 +30,7 @@ type Limiter struct {
 	shadowRefusals atomic.Int64
 	undecoded      atomic.Int64
 	waiting        atomic.Int64 // requests holding a place among the waiters (wait.go)
+	storeNoWait    atomic.Bool  // the store said it makes no reservations (wait.go)
 
 	calls     *storeCaller    // the store, when it is not the memory store
 	rq        *reconcileQueue // nil: reconciles run on the request's goroutine
@@ -250,6 +252,12 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 			a.id = req.ID
 		}
 		a.d, err = l.calls.admit(ctx, req)
+		if err != nil && req.MaxWait > 0 && errors.Is(err, errors.ErrUnsupported) {
+			// The store makes no reservations: decide as without a max wait.
+			l.noReservations(err)
+			req.MaxWait = 0
+			a.d, err = l.calls.admit(ctx, req)
+		}
 	}
 	if err != nil {
 		l.failOpen(a, "admit", &StoreError{Op: "admit", Err: err})

@@ -50,7 +50,10 @@ const DefaultMaxWaiters = 4096
 // waiters).
 //
 // In shadow mode the reservation is debited as enforcement would debit it,
-// but the request never waits. 0, the default, turns reservations off; d
+// but the request never waits. A store that makes no reservations
+// answers an admission with MaxWait set with an error wrapping
+// errors.ErrUnsupported (the Redis store does, for now): the limiter then
+// logs it once and decides every request as without WithMaxWait. 0, the default, turns reservations off; d
 // must be in [0, MaxMaxWait].
 func WithMaxWait(d time.Duration) Option {
 	return optionFunc(func(c *config) {
@@ -81,7 +84,7 @@ func (l *Limiter) Waiting() int64 { return l.waiting.Load() }
 // takeWaitPlace reserves a place among the waiters for a request about to
 // be decided; false when WithMaxWait is off or every place is taken.
 func (l *Limiter) takeWaitPlace() bool {
-	if l.cfg.maxWait <= 0 {
+	if l.cfg.maxWait <= 0 || l.storeNoWait.Load() {
 		return false
 	}
 	if l.waiting.Add(1) > int64(l.cfg.maxWaiters) {
@@ -118,4 +121,16 @@ func (l *Limiter) waitTurn(w http.ResponseWriter, r *http.Request, a *admission)
 	writeError(w, r, http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded",
 		fmt.Sprintf("The request ended while it waited %v for its turn under the rate limit; nothing was charged. Please try again in %ds. See %s", a.d.Wait.Round(time.Millisecond), secs, l.cfg.docsURL))
 	return false
+}
+
+// noReservations records that the store answered a reservation with an
+// error wrapping errors.ErrUnsupported: from then on every request is
+// decided as without WithMaxWait. Logged once, at warn.
+func (l *Limiter) noReservations(err error) {
+	if l.storeNoWait.Swap(true) {
+		return
+	}
+	if ce := l.log.Check(zap.WarnLevel, "llmrate: the store makes no reservations; WithMaxWait is off"); ce != nil {
+		ce.Write(zap.Error(err))
+	}
 }

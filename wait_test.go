@@ -2,6 +2,8 @@ package llmrate_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -272,4 +274,42 @@ func TestMaxWaitersBound(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, <-done)
 	assert.Zero(t, h.lim.Waiting())
 	require.Equal(t, http.StatusOK, h.send("sk-b", 4).Code, "the place is free again")
+}
+
+// noReserveStore is a memory store that makes no reservations and has no
+// gauges, and says so.
+type noReserveStore struct {
+	*llmrate.MemoryStore
+	withWait atomic.Int64
+}
+
+func (s *noReserveStore) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
+	if r.KeyLimits.ConcurrentRequests > 0 {
+		return llmrate.Decision{}, fmt.Errorf("no gauges: %w", errors.ErrUnsupported)
+	}
+	if r.MaxWait > 0 {
+		s.withWait.Add(1)
+		return llmrate.Decision{}, fmt.Errorf("no reservations: %w", errors.ErrUnsupported)
+	}
+	return s.MemoryStore.Admit(ctx, r)
+}
+
+// TestMaxWaitStoreWithoutReservations: a store that says it makes no
+// reservations gets requests decided as without WithMaxWait (a 429, not a
+// fail-open), and is asked once; a gauged request on a store without
+// gauges fails open, counted.
+func TestMaxWaitStoreWithoutReservations(t *testing.T) {
+	t.Parallel()
+	s := &noReserveStore{MemoryStore: llmrate.NewMemoryStore()}
+	h := drained(t, okHandler, llmrate.WithMaxWait(time.Second), llmrate.WithStore(s))
+	h.drain("sk-a")
+	for range 3 {
+		assert.Equal(t, http.StatusTooManyRequests, h.send("sk-a", 4000).Code, "refused as without a max wait")
+	}
+	assert.Equal(t, int64(1), s.withWait.Load(), "asked once")
+	assert.Zero(t, h.lim.FailOpens())
+
+	g := newHarness(t, okHandler, llmrate.WithStore(&noReserveStore{MemoryStore: llmrate.NewMemoryStore()}), llmrate.WithTiers(capped(100, 1000, 2)))
+	assert.Equal(t, http.StatusOK, g.send("sk-a", 0).Code)
+	assert.Equal(t, int64(1), g.lim.FailOpens(), "a store without gauges fails a gauged request open, counted")
 }

@@ -46,7 +46,11 @@
 // wait, later ones waiting behind earlier ones, a refusal past MaxWait
 // whose RetryAfter counts the reservations ahead, refunds
 // (ReconcileRequest.Refund) crediting a reservation back in full, and 40
-// concurrent callers each told a distinct wait.
+// concurrent callers each told a distinct wait. A store that lacks gauges
+// or reservations must say so: its Admit returns an error wrapping
+// errors.ErrUnsupported for a request that uses them (the limiter then
+// fails a gauged request open, counted and logged, and stops sending
+// MaxWait), and those subtests are skipped, saying why.
 //
 // # What the store must do
 //
