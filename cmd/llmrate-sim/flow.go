@@ -28,16 +28,14 @@ type FlowResult struct {
 	Waits                        []time.Duration
 	MaxInFlight                  int
 
-	Seconds                                       int
-	OfferedRPS, NowRPS, WaitedRPS, RefusedRPS     []float64 // by arrival second
-	InFlight                                      []float64 // slots held at each second's middle
-	streamEnds                                    endHeap
-	store                                         *llmrate.MemoryStore
-	start                                         time.Time
-	holding                                       [][2]float64 // slot intervals, seconds from the start
-	nextID                                        int
-	lastDecision                                  llmrate.Decision
-	lastDecisionWasRefusal, lastDecisionWasWaited bool
+	Seconds                                   int
+	OfferedRPS, NowRPS, WaitedRPS, RefusedRPS []float64 // by arrival second
+	InFlight                                  []float64 // slots held at each second's middle
+	streamEnds                                endHeap
+	store                                     *llmrate.MemoryStore
+	start                                     time.Time
+	holding                                   [][2]float64 // slot intervals, seconds from the start
+	nextID                                    int
 }
 
 // stream is an admitted request until its response ends.
