@@ -252,8 +252,10 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 			a.id = req.ID
 		}
 		a.d, err = l.calls.admit(ctx, req)
-		if err != nil && req.MaxWait > 0 && errors.Is(err, errors.ErrUnsupported) {
+		if err != nil && req.MaxWait > 0 && !a.gauged && errors.Is(err, errors.ErrUnsupported) {
 			// The store makes no reservations: decide as without a max wait.
+			// (Under a gauge the error may be about the gauge: that request
+			// fails open below, and MaxWait stays on.)
 			l.noReservations(err)
 			req.MaxWait = 0
 			a.d, err = l.calls.admit(ctx, req)
