@@ -55,7 +55,7 @@ func ExampleEstimateFromBody() {
 		llmrate.WithModel(llmrate.ModelFromBody()),
 		llmrate.WithEstimator(llmrate.EstimateFromBody()),
 		llmrate.WithCalibration(),
-		llmrate.WithObserver(decisions(func(e llmrate.DecisionEvent) { last = e })))
+		llmrate.WithObserver(decisionFunc(func(e llmrate.DecisionEvent) { last = e })))
 	if err != nil {
 		panic(err)
 	}
@@ -83,10 +83,10 @@ func ExampleEstimateFromBody() {
 	// map[gpt-4o-mini:0.3181818181818182]
 }
 
-// decisions is an Observer of decisions only.
-type decisions func(llmrate.DecisionEvent)
+// decisionFunc is an Observer of decisions only.
+type decisionFunc func(llmrate.DecisionEvent)
 
-func (f decisions) Decided(e llmrate.DecisionEvent) { f(e) }
-func (decisions) Reconciled(llmrate.ReconcileEvent) {}
-func (decisions) FailedOpen(llmrate.FailOpenEvent)  {}
-func (decisions) Evicted()                          {}
+func (f decisionFunc) Decided(e llmrate.DecisionEvent) { f(e) }
+func (decisionFunc) Reconciled(llmrate.ReconcileEvent) {}
+func (decisionFunc) FailedOpen(llmrate.FailOpenEvent)  {}
+func (decisionFunc) Evicted()                          {}

@@ -51,6 +51,12 @@
 // their own instead of their tier's. WithShadow makes every decision and
 // reports it (observer, logs, headers) but refuses nothing, so limits can be
 // rolled out safely: shadow mode decides exactly as enforcement would.
+// Limits.ConcurrentRequests caps the requests of a key, and of a
+// workspace, in flight at once (the gauges KeyConcurrent and
+// WorkspaceConcurrent: a slot is held until the response has ended).
+// WithMaxWait holds a request that would fit its buckets within a bounded
+// time instead of refusing it: it is debited at once (a reservation) and
+// forwarded after exactly its wait, in the order the store decided.
 //
 // # Failure policy
 //

@@ -13,6 +13,7 @@ type limitsBody struct {
 	Tier           string              `json:"tier"`
 	RequestsPerMin *int64              `json:"requestsPerMin"`
 	TokensPerMin   *int64              `json:"tokensPerMin"`
+	Concurrent     int64               `json:"concurrentRequests,omitempty"`
 	Note           string              `json:"note,omitempty"`
 	Models         map[string]limitRow `json:"models,omitempty"`
 	Docs           string              `json:"docs"`
@@ -22,6 +23,7 @@ type limitsBody struct {
 type limitRow struct {
 	RequestsPerMin *int64 `json:"requestsPerMin"`
 	TokensPerMin   *int64 `json:"tokensPerMin"`
+	Concurrent     int64  `json:"concurrentRequests,omitempty"`
 }
 
 // LimitsHandler returns the limits endpoint (mount it at e.g.
@@ -32,7 +34,10 @@ type limitRow struct {
 // workspace with an override (WithOverrides) gets the override's figures,
 // whatever its tier. With WithModelLimits the answer adds "models": each
 // entry's figures for the caller's tier, by entry name as configured (null
-// on Enterprise). An invalid override, or a panicking tier or override
+// on Enterprise). A concurrency cap (Limits.ConcurrentRequests) adds
+// "concurrentRequests" to the workspace's row and to each model's when it
+// is set (> 0) and the figures are published (not on Enterprise without an
+// override). An invalid override, or a panicking tier or override
 // resolver, is a fault: 500, counted in FailOpens, logged and reported to
 // the observer (FailedOpen, Op "limits"), never a guess.
 func (l *Limiter) LimitsHandler() http.Handler {
@@ -68,12 +73,12 @@ func (l *Limiter) LimitsHandler() http.Handler {
 		body := limitsBody{Tier: tier.String(), Docs: l.cfg.docsURL, Models: l.modelRows(tier)}
 		switch {
 		case overridden:
-			body.RequestsPerMin, body.TokensPerMin = &o.RequestsPerMinute, &o.TokensPerMinute
+			body.RequestsPerMin, body.TokensPerMin, body.Concurrent = &o.RequestsPerMinute, &o.TokensPerMinute, o.ConcurrentRequests
 		case tier == Enterprise:
 			body.Note = EnterpriseNote
 		default:
 			lim := l.cfg.tiers.For(tier)
-			body.RequestsPerMin, body.TokensPerMin = &lim.RequestsPerMinute, &lim.TokensPerMinute
+			body.RequestsPerMin, body.TokensPerMin, body.Concurrent = &lim.RequestsPerMinute, &lim.TokensPerMinute, lim.ConcurrentRequests
 		}
 		b, _ := json.Marshal(body)
 		w.Header().Set("Content-Type", "application/json")
@@ -123,7 +128,7 @@ func (l *Limiter) modelRows(tier Tier) map[string]limitRow {
 			return
 		}
 		lim := tt.For(tier)
-		rows[name] = limitRow{RequestsPerMin: &lim.RequestsPerMinute, TokensPerMin: &lim.TokensPerMinute}
+		rows[name] = limitRow{RequestsPerMin: &lim.RequestsPerMinute, TokensPerMin: &lim.TokensPerMinute, Concurrent: lim.ConcurrentRequests}
 	}
 	for name, tt := range t.exact {
 		add(name, tt)

@@ -83,19 +83,19 @@ func (sh *idShard) sweep(now int64) {
 // admitOnce decides r (which has an ID) at most once: a repeat within
 // memAdmitIDLife gets the first decision. A refusal debited nothing and is
 // not remembered.
-func (s *MemoryStore) admitOnce(r AdmitRequest) Decision {
+func (s *MemoryStore) admitOnce(r AdmitRequest) (Decision, error) {
 	now := r.Now.UnixNano()
 	sh := s.idTableOf().shard(r.ID)
 	defer sh.mu.Unlock()
 	if a, ok := sh.admits[r.ID]; ok && now < a.exp {
-		return a.d
+		return a.d, nil
 	}
-	d := s.admit(r)
-	if d.Allowed {
+	d, err := s.admitAny(r)
+	if err == nil && d.Allowed {
 		sh.sweep(now)
 		sh.admits[r.ID] = idAdmit{d: d, exp: now + int64(memAdmitIDLife)}
 	}
-	return d
+	return d, err
 }
 
 // reconcileOnce applies r (which has an ID) at most once within

@@ -120,6 +120,77 @@ type shardState struct {
 	t       entryTable
 	sweepAt int
 	seq     uint32
+	// Gauges (Limits.ConcurrentRequests), apart from the entries: a gauge
+	// is never swept or evicted while a slot is held, and costs nothing to
+	// a store without gauges. inFlight counts the slots held per gauge, by
+	// the hash of its entry (absent: none held); held records, by admission
+	// ID, the slots an admission took from this shard's key gauge and from
+	// its workspace's (kept in the key's shard, or the workspace's for a
+	// Solo request). Both are bounded by the requests in flight.
+	inFlight map[uint64]int64
+	held     map[string]heldSlots
+}
+
+// heldSlots is what one admission took: a slot of the key gauge (its hash
+// in the key's shard, or in the workspace's for a Solo request) and of the
+// workspace gauge, when the have flags say so.
+type heldSlots struct {
+	key, ws         uint64
+	haveKey, haveWS bool
+}
+
+// gaugeCheck is what decide needs to know of the gauges in force: each
+// figure (0: no cap) and the slots held now.
+type gaugeCheck struct {
+	keyCap, keyNow, wsCap, wsNow int64
+}
+
+// full returns the first gauge without a free slot.
+func (g *gaugeCheck) full() (Bucket, bool) {
+	switch {
+	case g.keyCap > 0 && g.keyNow >= g.keyCap:
+		return KeyConcurrent, true
+	case g.wsCap > 0 && g.wsNow >= g.wsCap:
+		return WorkspaceConcurrent, true
+	}
+	return 0, false
+}
+
+// take records one slot of gauge h in sh.
+func (sh *memShard) take(h uint64) {
+	if sh.inFlight == nil {
+		sh.inFlight = make(map[uint64]int64)
+	}
+	sh.inFlight[h]++
+}
+
+// give returns one slot of gauge h in sh.
+func (sh *memShard) give(h uint64) {
+	if n := sh.inFlight[h] - 1; n > 0 {
+		sh.inFlight[h] = n
+	} else {
+		delete(sh.inFlight, h)
+	}
+}
+
+// hold records the slots admission id took, in its holder's shard.
+func (sh *memShard) hold(id string, hs heldSlots) {
+	if sh.held == nil {
+		sh.held = make(map[string]heldSlots)
+	}
+	sh.held[id] = hs
+}
+
+// unhold forgets and returns the slots admission id holds; ok is false when
+// it holds none (never took any, or released them already).
+func (sh *memShard) unhold(id string) (hs heldSlots, ok bool) {
+	if id == "" || len(sh.held) == 0 {
+		return heldSlots{}, false
+	}
+	if hs, ok = sh.held[id]; ok {
+		delete(sh.held, id)
+	}
+	return hs, ok
 }
 
 // MemoryOption configures a MemoryStore. Options only record values;
@@ -306,11 +377,32 @@ func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (sh *
 	return sh, e, ev
 }
 
+// ErrNoAdmissionID is the error of an admission under a gauge
+// (Limits.ConcurrentRequests > 0) without an AdmitRequest.ID: its slots
+// could never be released. The limiter always sets one.
+var ErrNoAdmissionID = errors.New("llmrate: an admission under a concurrency limit needs an ID")
+
+// errHeldID is the error of an admission whose ID already holds slots.
+var errHeldID = errors.New("llmrate: this admission ID already holds concurrency slots")
+
 // Admit implements Store. An admission with an ID already admitted (within
 // five seconds of its clock) gets that first decision and debits nothing.
+// Gauges and reservations are described on Store and AdmitRequest.MaxWait;
+// a slot is released by the admission's Reconcile.
 func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error) {
 	if r.ID != "" {
-		return s.admitOnce(r), nil
+		return s.admitOnce(r)
+	}
+	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
+		return Decision{}, ErrNoAdmissionID
+	}
+	return s.admit(r), nil
+}
+
+// admitAny is admit, or admitGauged under a gauge.
+func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
+	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
+		return s.admitGauged(r)
 	}
 	return s.admit(r), nil
 }
@@ -319,14 +411,14 @@ func (s *MemoryStore) admit(r AdmitRequest) Decision {
 	now := r.Now.UnixNano()
 	if r.Solo {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
-		d := decideSolo(e, r.WorkspaceLimits, r.Tokens)
+		d := decideSolo(e, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
 		e.settle(r.WorkspaceLimits)
 		sh.mu.Unlock()
 		s.noteEvictions(ev)
 		return d
 	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
-	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens)
+	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
 	ke.settle(r.KeyLimits)
 	we.settle(r.WorkspaceLimits)
 	wsh.mu.Unlock()
@@ -335,8 +427,62 @@ func (s *MemoryStore) admit(r AdmitRequest) Decision {
 	return d
 }
 
+// admitGauged is Admit under a gauge: the admission also takes a slot of
+// each gauge in force, recorded under its ID in the shard that keeps the
+// key's gauge (the workspace's for a Solo request). Kept apart so that an
+// admission without gauges costs what it did before gauges existed.
+func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
+	now := r.Now.UnixNano()
+	if r.Solo {
+		wh := s.workspaceHash(r.Workspace, r.Model)
+		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
+		if _, dup := sh.held[r.ID]; dup {
+			sh.mu.Unlock()
+			return Decision{}, errHeldID
+		}
+		g := gaugeCheck{keyCap: r.WorkspaceLimits.ConcurrentRequests, keyNow: sh.inFlight[wh]}
+		d := decideSolo(e, r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
+		if d.Allowed {
+			sh.take(wh)
+			sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
+		}
+		e.settle(r.WorkspaceLimits)
+		sh.mu.Unlock()
+		s.noteEvictions(ev)
+		return d, nil
+	}
+	kc, wc := max(0, r.KeyLimits.ConcurrentRequests), max(0, r.WorkspaceLimits.ConcurrentRequests)
+	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	if _, dup := ks.held[r.ID]; dup {
+		wsh.mu.Unlock()
+		ks.mu.Unlock()
+		s.noteEvictions(ev)
+		return Decision{}, errHeldID
+	}
+	g := gaugeCheck{keyCap: kc, keyNow: ks.inFlight[pk], wsCap: wc, wsNow: wsh.inFlight[wh]}
+	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
+	if d.Allowed {
+		hs := heldSlots{key: pk, ws: wh, haveKey: kc > 0, haveWS: wc > 0}
+		if hs.haveKey {
+			ks.take(pk)
+		}
+		if hs.haveWS {
+			wsh.take(wh)
+		}
+		ks.hold(r.ID, hs)
+	}
+	ke.settle(r.KeyLimits)
+	we.settle(r.WorkspaceLimits)
+	wsh.mu.Unlock()
+	ks.mu.Unlock()
+	s.noteEvictions(ev)
+	return d, nil
+}
+
 // Reconcile implements Store. A reconcile with an ID is applied at most
-// once (within thirty seconds of its clock).
+// once (within thirty seconds of its clock). It also releases the gauge
+// slots that the admission with r.ID took, if it still holds any.
 func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 	if r.ID != "" {
 		s.reconcileOnce(r)
@@ -352,6 +498,9 @@ func (s *MemoryStore) reconcile(r ReconcileRequest) {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
 		reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
 		e.settle(r.WorkspaceLimits)
+		if hs, ok := sh.unhold(r.ID); ok {
+			sh.give(hs.key)
+		}
 		sh.mu.Unlock()
 		s.noteEvictions(ev)
 		return
@@ -361,6 +510,14 @@ func (s *MemoryStore) reconcile(r ReconcileRequest) {
 	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
 	ke.settle(r.KeyLimits)
 	we.settle(r.WorkspaceLimits)
+	if hs, ok := ks.unhold(r.ID); ok {
+		if hs.haveKey {
+			ks.give(hs.key)
+		}
+		if hs.haveWS {
+			wsh.give(hs.ws)
+		}
+	}
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
@@ -379,10 +536,14 @@ func reconcileEntry(e *entry, r ReconcileRequest, tok Bucket, lim Limits) {
 	e.tok.adjust(r.BoundedActual(tok)-r.Estimate, 2*lim.TokensPerMinute)
 }
 
-// decide checks the four buckets in admission order and debits all of them
-// only if all have room. It is shared by every in-process implementation, so
-// the arithmetic lives in one place.
-func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64) Decision {
+// decide checks the four buckets in admission order, then the gauges (g;
+// nil: none in force), and debits all four buckets only if all have room
+// and every gauge a free slot; the caller takes the slots. With maxWait > 0
+// a request that lacks room only in buckets that would have it within
+// maxWait is debited all the same (a reservation: Wait says how long). It
+// is shared by every in-process implementation, so the arithmetic lives in
+// one place.
+func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64, maxWait time.Duration, g *gaugeCheck) Decision {
 	var d Decision
 	switch {
 	case kr.level < 1:
@@ -394,6 +555,13 @@ func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64) Decision {
 	case wt.level < n:
 		d.Refused = WorkspaceTokens
 	default:
+		if g != nil {
+			if b, full := g.full(); full {
+				d.Refused, d.RetryAfter = b, time.Second
+				d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
+				return d
+			}
+		}
 		kr.level--
 		kt.level -= n
 		wr.level--
@@ -408,16 +576,50 @@ func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64) Decision {
 		if Bucket(i).Tokens() {
 			need = n
 		}
-		w, never := b.wait(need, rate, 2*rate, MaxRetryAfter)
+		w, never := b.wait(need, rate, 2*rate, waitLimit)
 		d.RetryAfter = max(d.RetryAfter, w)
 		d.NeverFits = d.NeverFits || never
+	}
+	if reserve(&d, maxWait, g) {
+		kr.level--
+		kt.level -= n
+		wr.level--
+		wt.level -= n
+		d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
 	}
 	return d
 }
 
+// waitLimit bounds the waits decide computes: just past MaxRetryAfter, so
+// that a wait longer than every MaxWait allowed is told from one of exactly
+// MaxRetryAfter.
+const waitLimit = MaxRetryAfter + 1
+
+// reserve finishes a refusal whose d.RetryAfter is the exact time until the
+// request fits every bucket (up to waitLimit): it turns it into a
+// reservation, returning true (the caller debits), when that time is within
+// maxWait and every gauge has a free slot; else it leaves d a refusal with
+// RetryAfter clamped to MaxRetryAfter (at least a second when a gauge
+// refused).
+func reserve(d *Decision, maxWait time.Duration, g *gaugeCheck) bool {
+	if maxWait <= 0 || d.NeverFits || d.RetryAfter > maxWait {
+		d.RetryAfter = min(d.RetryAfter, MaxRetryAfter)
+		return false
+	}
+	if g != nil {
+		if b, full := g.full(); full {
+			d.Refused, d.RetryAfter = b, max(d.RetryAfter, time.Second)
+			return false
+		}
+	}
+	d.Allowed, d.Refused, d.Wait, d.RetryAfter = true, 0, d.RetryAfter, 0
+	return true
+}
+
 // decideSolo is decide for a Solo request: the key's buckets and the
-// workspace's are the same two buckets, so the key stage decides.
-func decideSolo(e *entry, lim Limits, n int64) Decision {
+// workspace's are the same two buckets, so the key stage decides; its one
+// gauge is g's key gauge.
+func decideSolo(e *entry, lim Limits, n int64, maxWait time.Duration, g *gaugeCheck) Decision {
 	var d Decision
 	switch {
 	case e.req.level < 1:
@@ -425,6 +627,13 @@ func decideSolo(e *entry, lim Limits, n int64) Decision {
 	case e.tok.level < n:
 		d.Refused = KeyTokens
 	default:
+		if g != nil {
+			if b, full := g.full(); full {
+				d.Refused, d.RetryAfter = b, time.Second
+				d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
+				return d
+			}
+		}
 		e.req.level--
 		e.tok.level -= n
 		d.Allowed = true
@@ -432,9 +641,14 @@ func decideSolo(e *entry, lim Limits, n int64) Decision {
 		return d
 	}
 	d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
-	w1, n1 := e.req.wait(1, lim.RequestsPerMinute, 2*lim.RequestsPerMinute, MaxRetryAfter)
-	w2, n2 := e.tok.wait(n, lim.TokensPerMinute, 2*lim.TokensPerMinute, MaxRetryAfter)
+	w1, n1 := e.req.wait(1, lim.RequestsPerMinute, 2*lim.RequestsPerMinute, waitLimit)
+	w2, n2 := e.tok.wait(n, lim.TokensPerMinute, 2*lim.TokensPerMinute, waitLimit)
 	d.RetryAfter, d.NeverFits = max(w1, w2), n1 || n2
+	if reserve(&d, maxWait, g) {
+		e.req.level--
+		e.tok.level -= n
+		d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
+	}
 	return d
 }
 

@@ -1,8 +1,10 @@
 package llmrate
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"runtime"
 	"sync"
@@ -28,6 +30,8 @@ type Limiter struct {
 	shadowRefusals atomic.Int64
 	undecoded      atomic.Int64
 	usageShown     atomic.Int64 // WithStreamUsage: usage chunks an encoded stream showed the client
+	waiting        atomic.Int64 // requests holding a place among the waiters (wait.go)
+	storeNoWait    atomic.Bool  // the store said it makes no reservations (wait.go)
 
 	calib     *calibration // WithCalibration; nil: off
 	primeBody bool         // ModelFromBody and EstimateFromBody: one scan for both
@@ -122,7 +126,15 @@ type admission struct {
 	model      string
 	entry      string
 	overridden bool
-	id         string // AdmitRequest.ID; "" for the memory store, which loses no reply
+	// id is the admission's identity (AdmitRequest.ID): always with a
+	// non-memory store, and with the memory store when a gauge is in force;
+	// gauged is set when a gauge was in force, so that an admitted request
+	// holds slots that its reconcile releases.
+	id     string
+	gauged bool
+	// waits is set when the request holds a place among the waiters and
+	// must wait d.Wait before it is forwarded (wait.go).
+	waits bool
 }
 
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -151,6 +163,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		}
 		l.refuse(w, r, &a)
 		return
+	}
+	if a.waits && !l.waitTurn(w, r, &a) {
+		return // its client left while it waited: refunded
 	}
 	t := l.trackers.Get().(*tracker)
 	t.start(w, r, &a)
@@ -197,11 +212,18 @@ func (l *Limiter) identify(r *http.Request, a *admission) (status int, code, msg
 
 // admit resolves the tier, estimates and asks the store. ok is false when
 // the limiter faulted and the request must fail open.
+//
+// A request that may wait (WithMaxWait) keeps its place among the waiters
+// only when admit sets a.waits: waitTurn gives it back.
 func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
+	placed := false
 	defer func() {
 		if p := recover(); p != nil {
 			l.failOpen(a, "admit", &PanicError{Where: "admission", Value: p})
 			ok = false
+		}
+		if a.waits = placed && ok && a.d.Allowed && a.d.Wait > 0 && !l.cfg.shadow; placed && !a.waits {
+			l.waiting.Add(-1)
 		}
 	}()
 	c := l.cfg
@@ -231,13 +253,34 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	}
 	a.now = c.clock()
 	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, Solo: l.solo, Now: a.now}
+	if a.kl.ConcurrentRequests > 0 || a.wl.ConcurrentRequests > 0 {
+		// Its slots are released by the reconcile carrying this identity.
+		a.gauged = true
+		req.ID = NewAdmissionID()
+		a.id = req.ID
+	}
+	if c.maxWait > 0 {
+		if placed = l.takeWaitPlace(); placed {
+			req.MaxWait = c.maxWait
+		}
+	}
 	var err error
 	if l.mem != nil {
 		a.d, err = l.mem.Admit(ctx, req)
 	} else {
-		req.ID = NewAdmissionID()
-		a.id = req.ID
+		if req.ID == "" {
+			req.ID = NewAdmissionID()
+			a.id = req.ID
+		}
 		a.d, err = l.calls.admit(ctx, req)
+		if err != nil && req.MaxWait > 0 && !a.gauged && errors.Is(err, errors.ErrUnsupported) {
+			// The store makes no reservations: decide as without a max wait.
+			// (Under a gauge the error may be about the gauge: that request
+			// fails open below, and MaxWait stays on.)
+			l.noReservations(err)
+			req.MaxWait = 0
+			a.d, err = l.calls.admit(ctx, req)
+		}
 	}
 	if err != nil {
 		l.failOpen(a, "admit", &StoreError{Op: "admit", Err: err})
@@ -245,6 +288,9 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	}
 	if o := c.observer; o != nil {
 		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Tier: tier, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow}
+		if a.d.Allowed {
+			ev.Wait = a.d.Wait
+		}
 		if !a.d.Allowed {
 			ev.RetryAfter = time.Duration(retryAfterSeconds(a.d)) * time.Second
 		}
@@ -311,9 +357,10 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		l.calib.record(a.model, a.raw, ev.Actual)
 	}
 	t.sendTrailers(ev.Actual)
-	if ev.Actual != a.est {
+	if ev.Actual != a.est || a.gauged {
 		// The clock is read again: the charge lands when the response ended,
-		// as it does on a store with its own clock.
+		// as it does on a store with its own clock. A gauged admission is
+		// reconciled whatever its charge: the reconcile releases its slots.
 		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock(),
 			ID: a.id, Receipt: a.d.Receipt}
 		l.reconcile(r.Context(), a, req)
@@ -335,6 +382,12 @@ func (l *Limiter) finishBusy(t *tracker) {
 	a := &t.a
 	if ce := l.log.Check(zap.WarnLevel, "llmrate: response written after its handler returned; not scanned"); ce != nil {
 		ce.Write(zap.String("key_fp", Fingerprint(a.key)), zap.Int64("estimate", a.est))
+	}
+	if a.gauged {
+		// The estimate stands; the reconcile only releases the slots.
+		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: a.est, Solo: l.solo, Now: l.cfg.clock(),
+			ID: a.id, Receipt: a.d.Receipt}
+		l.reconcile(context.Background(), a, req)
 	}
 	if o := l.cfg.observer; o != nil {
 		o.Reconciled(ReconcileEvent{Kind: ReconcileEstimated, Tier: a.tier, Estimate: a.est, Actual: a.est, Cut: true})

@@ -39,6 +39,10 @@ type DecisionEvent struct {
 	// Shadow is true on every decision made under WithShadow: a decision
 	// with Allowed false was let through, not refused.
 	Shadow bool
+	// Wait, when Allowed, is the reservation's wait (WithMaxWait): how long
+	// the request is held before the next handler sees it (in shadow mode:
+	// would be held). Decided is called before the wait. 0: it fits now.
+	Wait time.Duration
 }
 
 // ReconcileKind says which case of the charge rule applied to a response.

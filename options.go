@@ -51,6 +51,8 @@ type config struct {
 	cost      func(model string, u usage.Usage) int64
 	calibrate bool
 
+	maxWait           time.Duration
+	maxWaiters        int
 	maxStoreCalls     int
 	reconcileQueue    int
 	reconcileQueueSet bool
@@ -251,6 +253,8 @@ func newConfig(opts []Option) (*config, error) {
 		estimator: EstimateTokens,
 		timeout:   DefaultStoreTimeout,
 		docsURL:   DefaultDocsURL,
+
+		maxWaiters: DefaultMaxWaiters,
 	}
 	for _, o := range opts {
 		if o == nil {

@@ -26,7 +26,8 @@ func (f OverrideResolverFunc) Override(ctx context.Context, workspace string) (L
 // is held to its figures instead of its tier's, on its default buckets (a
 // ModelLimits entry's buckets keep the entry's figures): its own buckets
 // and, by default, its keys'; with WithKeyTiers each key figure is the
-// lower of the key tier's and the override's. The limits endpoint reports
+// lower of the key tier's and the override's (for ConcurrentRequests, the
+// lower non-zero one: 0 sets no cap). The limits endpoint reports
 // the override's figures, for Enterprise too.
 //
 // An override is checked on every use like any figure (each in
@@ -78,7 +79,20 @@ func (l *Limiter) applyOverride(ctx context.Context, a *admission) error {
 	a.kl = o
 	if kt := l.cfg.keyTiers; kt != nil {
 		k := kt.For(a.tier)
-		a.kl = Limits{RequestsPerMinute: min(k.RequestsPerMinute, o.RequestsPerMinute), TokensPerMinute: min(k.TokensPerMinute, o.TokensPerMinute)}
+		a.kl = Limits{RequestsPerMinute: min(k.RequestsPerMinute, o.RequestsPerMinute), TokensPerMinute: min(k.TokensPerMinute, o.TokensPerMinute),
+			ConcurrentRequests: tighterCap(k.ConcurrentRequests, o.ConcurrentRequests)}
 	}
 	return nil
+}
+
+// tighterCap combines two concurrency figures: the lower non-zero one
+// (0 sets no cap).
+func tighterCap(a, b int64) int64 {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
 }

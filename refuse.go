@@ -74,6 +74,9 @@ func refusalMessage(a *admission, secs int64, docs string) string {
 			what, a.est, capacity, planPhrase(a), docs)
 	}
 	b := a.d.Refused
+	if b.Concurrent() {
+		return concurrencyMessage(a, b, secs, docs)
+	}
 	dim, figure := "requests", b.PerMinute(a.kl, a.wl)
 	if b.Tokens() {
 		dim = "tokens"
@@ -115,4 +118,19 @@ func requestID(r *http.Request) string {
 		}
 	}
 	return fmt.Sprintf("req_%016x%016x", rand.Uint64(), rand.Uint64())
+}
+
+// concurrencyMessage is the 429 message of a gauge's refusal.
+func concurrencyMessage(a *admission, b Bucket, secs int64, docs string) string {
+	figure := b.Figure(a.kl, a.wl)
+	if a.entry != "" {
+		where := "in this workspace"
+		if b.Scope() == "key" {
+			where = "for this API key"
+		}
+		return fmt.Sprintf("Rate limit reached for %s %s on concurrent requests %s: limit %d in flight at once. Please try again in %ds, once a response in flight has ended. See %s",
+			a.entry, where, planPhrase(a), figure, secs, docs)
+	}
+	return fmt.Sprintf("Rate limit reached for concurrent requests (%s) %s: limit %d in flight at once. Please try again in %ds, once a response in flight has ended. See %s",
+		b.Scope(), planPhrase(a), figure, secs, docs)
 }

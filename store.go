@@ -8,18 +8,27 @@ import (
 )
 
 // Bucket names one of the four buckets a request is checked against, in
-// admission order.
+// admission order, or one of the two concurrency gauges checked after them
+// (Limits.ConcurrentRequests).
 type Bucket uint8
 
-// The four buckets, in the order they are checked and debited.
+// The four buckets, in the order they are checked and debited, then the two
+// gauges, checked after the buckets in the same atomic step: a request
+// refused by any of the six takes nothing from any.
 const (
 	KeyRequests Bucket = iota
 	KeyTokens
 	WorkspaceRequests
 	WorkspaceTokens
+	// KeyConcurrent is the key's gauge: its requests in flight at once
+	// (the key's Limits.ConcurrentRequests).
+	KeyConcurrent
+	// WorkspaceConcurrent is the workspace's gauge: its requests in flight
+	// at once, all its keys together.
+	WorkspaceConcurrent
 )
 
-var bucketNames = [...]string{"key_requests", "key_tokens", "workspace_requests", "workspace_tokens"}
+var bucketNames = [...]string{"key_requests", "key_tokens", "workspace_requests", "workspace_tokens", "key_concurrent", "workspace_concurrent"}
 
 // String returns the bucket's snake_case name, e.g. "workspace_tokens",
 // suitable as a metric label.
@@ -32,11 +41,15 @@ func (b Bucket) String() string {
 
 // Scope returns "key" or "workspace".
 func (b Bucket) Scope() string {
-	if b == KeyRequests || b == KeyTokens {
+	if b == KeyRequests || b == KeyTokens || b == KeyConcurrent {
 		return "key"
 	}
 	return "workspace"
 }
+
+// Concurrent reports whether b is a concurrency gauge (KeyConcurrent or
+// WorkspaceConcurrent) rather than a per-minute bucket.
+func (b Bucket) Concurrent() bool { return b == KeyConcurrent || b == WorkspaceConcurrent }
 
 // Tokens reports whether b is a tokens bucket (else a requests bucket): a
 // request debits it by its token estimate rather than by one.
@@ -45,8 +58,11 @@ func (b Bucket) Tokens() bool { return b == KeyTokens || b == WorkspaceTokens }
 // PerMinute returns bucket b's per-minute figure, given the key's figures
 // key and the workspace's figures workspace (as in AdmitRequest.KeyLimits
 // and WorkspaceLimits): the bucket refills at this rate per minute and holds
-// twice it when full.
+// twice it when full. A gauge has no per-minute figure: 0 (see Figure).
 func (b Bucket) PerMinute(key, workspace Limits) int64 {
+	if b.Concurrent() {
+		return 0
+	}
 	l := key
 	if b == WorkspaceRequests || b == WorkspaceTokens {
 		l = workspace
@@ -55,6 +71,18 @@ func (b Bucket) PerMinute(key, workspace Limits) int64 {
 		return l.TokensPerMinute
 	}
 	return l.RequestsPerMinute
+}
+
+// Figure returns b's figure given the key's and the workspace's figures:
+// PerMinute for a bucket, ConcurrentRequests for a gauge (0: no cap).
+func (b Bucket) Figure(key, workspace Limits) int64 {
+	switch b {
+	case KeyConcurrent:
+		return key.ConcurrentRequests
+	case WorkspaceConcurrent:
+		return workspace.ConcurrentRequests
+	}
+	return b.PerMinute(key, workspace)
 }
 
 // AdmitRequest is one admission: one request and Tokens tokens, checked
@@ -97,37 +125,56 @@ type AdmitRequest struct {
 	// so a store need not remember it (a repeat is decided afresh). Its
 	// reconcile carries the same ID. "" means no identity: the admission
 	// must not be resent. See Store for how long identities are kept.
+	// An admission under a gauge (ConcurrentRequests > 0 in KeyLimits or
+	// WorkspaceLimits) must have an ID, with every store: the reconcile
+	// carrying it releases the slots it took (see Store); a store refuses
+	// to take slots for an admission without one (an error, not a
+	// decision).
 	ID string
 	// MaxWait is how long the caller is willing to hold the request for a
 	// reservation (WithMaxWait): a request that does not fit now but would
 	// fit every bucket within MaxWait is debited now and answered Allowed
 	// with Decision.Wait > 0. Zero: no reservations, refuse as usual.
+	// Reservations are served in the order the store decided them: each
+	// debits the buckets at once (they may go below zero), so a later
+	// request on the same buckets is told a longer wait and never overtakes
+	// an earlier one. A gauge never waits: a request it refuses is refused
+	// at once, and a reservation holds its slots while it waits.
 	MaxWait time.Duration
 }
 
 // Decision is the outcome of an admission.
 type Decision struct {
-	// Allowed is true when all four buckets had room and were debited.
+	// Allowed is true when all four buckets had room (or, with
+	// AdmitRequest.MaxWait, will have within Wait) and were debited, and
+	// every gauge in force had a free slot, now taken.
 	Allowed bool
-	// Refused is the first bucket, in admission order, that had no room.
-	// Meaningful only when Allowed is false.
+	// Refused is the first bucket or gauge, in the order KeyRequests,
+	// KeyTokens, WorkspaceRequests, WorkspaceTokens, KeyConcurrent,
+	// WorkspaceConcurrent, that had no room. Meaningful only when Allowed
+	// is false.
 	Refused Bucket
 	// RetryAfter is the time until the refused request would fit in every
-	// bucket, capped at MaxRetryAfter. Zero when Allowed. The memory store
-	// gives it exactly; a store may round it up to whole seconds (the Redis
-	// store does), which is the precision of the Retry-After header the
-	// middleware sends (whole seconds, rounded up) either way.
+	// bucket, capped at MaxRetryAfter; at least one second when a gauge
+	// refused (a slot frees when some response in flight ends). Zero when
+	// Allowed. The memory store gives it exactly; a store may round it up
+	// to whole seconds (the Redis store does), which is the precision of
+	// the Retry-After header the middleware sends (whole seconds, rounded
+	// up) either way.
 	RetryAfter time.Duration
 	// NeverFits is true when the request is larger than some bucket's whole
 	// capacity: it cannot be admitted however long it waits.
 	NeverFits bool
 	// Remaining holds each bucket's whole-unit level after the decision
 	// (after the debit when Allowed), indexed by Bucket. It may be negative
-	// while a bucket is in debt.
+	// while a bucket is in debt (a reservation leaves it so). Gauges are
+	// not reported here.
 	Remaining [4]int64
 	// Wait, when Allowed, is how long the caller must hold the request
-	// before forwarding it: a reservation (AdmitRequest.MaxWait). Zero for
-	// an admission that fits now.
+	// before forwarding it: a reservation (AdmitRequest.MaxWait), at most
+	// MaxWait, already debited. Zero for an admission that fits now. A
+	// caller that does not forward it after all (its client left) credits
+	// it back with a reconcile whose Refund is set.
 	Wait time.Duration
 	// Receipt is the store's own note of how it decided this admission
 	// (which of its stores decided it, the lease generation it spent...).
@@ -137,7 +184,10 @@ type Decision struct {
 }
 
 // ReconcileRequest replaces an admission's token estimate by the tokens the
-// provider reported. Requests buckets never reconcile.
+// provider reported. Requests buckets never reconcile. A reconcile also ends
+// its admission: it releases the gauge slots the admission with the same ID
+// took (see Store), so a caller reconciles every admission that may hold
+// slots, even when Actual equals Estimate.
 type ReconcileRequest struct {
 	Key             string
 	Workspace       string
@@ -155,7 +205,7 @@ type ReconcileRequest struct {
 	// (or refund) with a given non-empty ID at most once, whatever the
 	// caller (or its client library) resends: a caller may retry one whose
 	// outcome it does not know (the limiter retries a failed reconcile for
-	// 5 s).
+	// 5 s). It releases the admission's gauge slots at most once.
 	ID string
 	// Receipt is the admission's Decision.Receipt, unchanged.
 	Receipt string
@@ -207,6 +257,18 @@ const MaxRetryAfter = 60 * time.Second
 // spend every model entry's traffic on the default buckets, clamped to
 // whichever figures the latest request carried: do not combine such a
 // store with WithModelLimits.
+//
+// Gauges (Limits.ConcurrentRequests > 0): Admit checks them after the four
+// buckets, in the same atomic step, and an admission it allows takes one
+// slot of each gauge in force, the key's (Key, Workspace, Model) and the
+// workspace's (Workspace, Model); for a Solo request the two are one slot.
+// The slots belong to the admission's ID until a Reconcile carrying that ID
+// (and the admission's Key, Workspace and Model) releases them, exactly
+// once: a repeated reconcile releases nothing more. A figure changed while
+// slots are held counts them against the new figure. A store shared by
+// processes also frees the slots of a process that stopped reconciling
+// (died, or lost the store) after a bounded time, and never before while
+// that process lives (the Redis store: redisstore.WithSlotTTL).
 type Store interface {
 	Admit(ctx context.Context, req AdmitRequest) (Decision, error)
 	Reconcile(ctx context.Context, req ReconcileRequest) error

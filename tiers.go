@@ -61,11 +61,20 @@ func ParseTier(s string) (Tier, error) {
 	return Free, fmt.Errorf("llmrate: unknown tier %q", s)
 }
 
-// Limits are the two sustained per-minute figures of a tier. Each bucket
-// holds twice its figure (the burst) and refills at the figure per minute.
+// Limits are the two sustained per-minute figures of a tier, and its
+// optional concurrency cap. Each bucket holds twice its figure (the burst)
+// and refills at the figure per minute.
 type Limits struct {
 	RequestsPerMinute int64
 	TokensPerMinute   int64
+	// ConcurrentRequests is the most requests in flight at once: of the key
+	// (in the key's figures) and of the workspace, all its keys together
+	// (in the workspace's). A request holds its slot from admission until
+	// its response has ended (its handler returned, panicked, or the
+	// response was cut, hijacked or failed to write). 0, the default in
+	// every tier of DefaultTiers, sets no cap; a negative figure is
+	// invalid.
+	ConcurrentRequests int64
 }
 
 // MaxPerMinute is the largest per-minute figure New accepts. The bucket
@@ -78,6 +87,9 @@ func (l Limits) validate() error {
 	}
 	if l.TokensPerMinute < 1 || l.TokensPerMinute > MaxPerMinute {
 		return fmt.Errorf("TokensPerMinute %d out of range [1, %d]", l.TokensPerMinute, int64(MaxPerMinute))
+	}
+	if l.ConcurrentRequests < 0 {
+		return fmt.Errorf("ConcurrentRequests %d: must not be negative (0: no cap)", l.ConcurrentRequests)
 	}
 	return nil
 }

@@ -34,10 +34,32 @@
 // once, and a refund (ReconcileRequest.Refund) gives one request and the
 // estimate back to all four buckets, once.
 //
+// Gauges and reservations are checked through the Store interface itself,
+// as a caller other than the limiter uses it: concurrency gauges
+// (Limits.ConcurrentRequests) of the key and of the workspace, checked
+// after the four buckets and all or nothing with them (a gauge's refusal
+// debits nothing, a bucket's takes no slot), a slot held until the
+// admission's reconcile (ReconcileRequest.ID) and released exactly once
+// however often that reconcile is resent, a Solo key's one gauge, model
+// entries' own gauges, a lowered figure counting the slots already held;
+// reservations (AdmitRequest.MaxWait) debited at once and told the exact
+// wait, later ones waiting behind earlier ones, a refusal past MaxWait
+// whose RetryAfter counts the reservations ahead, refunds
+// (ReconcileRequest.Refund) crediting a reservation back in full, and 40
+// concurrent callers each told a distinct wait. A store that lacks gauges
+// or reservations must say so: its Admit returns an error wrapping
+// errors.ErrUnsupported for a request that uses them (the limiter then
+// fails a gauged request open, counted and logged, and stops sending
+// MaxWait), and those subtests are skipped, saying why.
+//
 // # What the store must do
 //
 // newStore must return a fresh, empty store for each call (each subtest
 // uses its own): keys are reused across subtests.
+//
+// Every admission the suite sends directly carries an ID
+// (llmrate.NewAdmissionID) and every reconcile its admission's ID and
+// Receipt.
 //
 // The store must read time only from the clock it is given: the suite
 // moves that clock forwards by microseconds and by years, and backwards,

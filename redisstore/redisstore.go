@@ -636,6 +636,12 @@ func int64s(v any, n int) ([]int64, error) {
 // Admit implements llmrate.Store in one round trip (two when its reply is
 // lost and it has an ID: see llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
+	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
+		return llmrate.Decision{}, errNoGauges
+	}
+	if r.MaxWait > 0 {
+		return llmrate.Decision{}, errNoReservations
+	}
 	if !s.up(ctx) {
 		return s.admitLocal(ctx, r, errDown)
 	}
@@ -652,6 +658,16 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	}
 	return decisionFrom(res), nil
 }
+
+// The Redis store does not enforce concurrency gauges or reservations yet:
+// it says so (errors.Is(err, errors.ErrUnsupported)) rather than admit
+// past a gauge or refuse what would have waited without a word. The
+// limiter fails a gauged request open (counted and logged) and decides a
+// request it would have let wait as without WithMaxWait.
+var (
+	errNoGauges       = fmt.Errorf("redisstore: concurrency limits (Limits.ConcurrentRequests): %w", errors.ErrUnsupported)
+	errNoReservations = fmt.Errorf("redisstore: reservations (AdmitRequest.MaxWait): %w", errors.ErrUnsupported)
+)
 
 // admitLocal decides r in the local fallback (its Decision.Receipt says
 // so, and its reconcile goes there too), or returns err without one.

@@ -9,14 +9,24 @@
 //	go run ./cmd/llmrate-sim -trace trace.jsonl -model-limits 'gpt-4o*=50/30000,o3=5/10000'
 //	go run ./cmd/llmrate-sim -rps 6 -models gpt-4o,gpt-4o-mini,llama-3 -model-limits 'gpt-4o*=40/100000'
 //	go run ./cmd/llmrate-sim -fanout
+//	go run ./cmd/llmrate-sim -rps 1 -tokens 4000 -stream 20s -concurrency 12 -max-wait 10s
 //
 // A trace is JSON lines, in time order:
 //
-//	{"t": 0.25, "key": "sk-a", "workspace": "acme", "model": "gpt-4o", "tokens": 1800, "estimate": 1200}
+//	{"t": 0.25, "key": "sk-a", "workspace": "acme", "model": "gpt-4o", "tokens": 1800, "estimate": 1200, "duration": 42.5}
 //
 // t is seconds from the start; workspace defaults to the key; model is
 // optional; estimate (the admission estimate, Content-Length/4 in
-// production) defaults to tokens, which is what the provider then reports.
+// production) defaults to tokens, which is what the provider then reports;
+// duration is how many seconds the response streams (0 by default).
+//
+// -concurrency (Limits.ConcurrentRequests) and -max-wait (WithMaxWait)
+// replay the trace as a flow: each request holds its slot from admission
+// until its response ends (a wait included), and the summary and the SVG
+// split arrivals into admitted at once, admitted after a wait and
+// refused, with the requests in flight against the figure. The flow runs
+// on llmrate's memory store with the limiter's Store calls (the limiter
+// waits on a real timer, which a replay cannot); it takes no model limits.
 //
 // -fanout replays an agent's fan-out (bursts of 50 concurrent requests
 // with 4 KB prompts asking for up to 4,000 tokens) through the default
@@ -60,6 +70,7 @@ type Request struct {
 	Model     string  `json:"model,omitempty"`
 	Tokens    int64   `json:"tokens"`
 	Estimate  int64   `json:"estimate,omitempty"`
+	Duration  float64 `json:"duration,omitempty"` // seconds the response streams
 }
 
 func run(args []string, out io.Writer) error {
@@ -77,6 +88,9 @@ func run(args []string, out io.Writer) error {
 	svgPath := fs.String("svg", "", "write the plot to this SVG file")
 	modelFlag := fs.String("model-limits", "", "per-model limits: name=rpm/tpm,… (a name may end in *)")
 	fanout := fs.Bool("fanout", false, "compare estimators on the agent fan-out trace (bursts of 50 concurrent 4 KB requests asking up to 4,000 tokens); -tpm sets its figure")
+	concurrency := fs.Int64("concurrency", 0, "requests in flight at once per key and per workspace (0: no cap)")
+	maxWait := fs.Duration("max-wait", 0, "how long a request may wait for its turn instead of a 429 (0: never)")
+	streamFor := fs.Duration("stream", 0, "generated: how long each response streams")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,6 +110,7 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	lim.ConcurrentRequests = *concurrency
 	tt := llmrate.TierTable{Free: lim, Developer: lim, Team: lim, Growth: lim, Scale: lim, Enterprise: lim}
 	models, err := parseModelLimits(*modelFlag)
 	if err != nil {
@@ -105,6 +120,14 @@ func run(args []string, out io.Writer) error {
 	reqs, err := workload(*trace, *rps, *tokens, *keys, *workspaces, *duration, *genModels)
 	if err != nil {
 		return err
+	}
+	if *streamFor > 0 && *trace == "" {
+		for i := range reqs {
+			reqs[i].Duration = streamFor.Seconds()
+		}
+	}
+	if *concurrency != 0 || *maxWait != 0 {
+		return runFlow(out, reqs, tier, lim, *maxWait, models, *svgPath)
 	}
 	res, err := Simulate(reqs, tt, models)
 	if err != nil {
@@ -233,4 +256,30 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// runFlow runs and reports a flow simulation (-concurrency, -max-wait).
+func runFlow(out io.Writer, reqs []Request, tier llmrate.Tier, lim llmrate.Limits, maxWait time.Duration, models llmrate.ModelLimits, svgPath string) error {
+	switch {
+	case len(models) > 0:
+		return errors.New("-model-limits cannot be combined with -concurrency or -max-wait yet")
+	case lim.ConcurrentRequests < 0:
+		return errors.New("-concurrency must not be negative")
+	case maxWait < 0 || maxWait > llmrate.MaxMaxWait:
+		return fmt.Errorf("-max-wait must be in [0, %v]", llmrate.MaxMaxWait)
+	}
+	res, err := SimulateFlow(reqs, lim, maxWait)
+	if err != nil {
+		return err
+	}
+	res.Title = fmt.Sprintf("%s tier (%d req/min, %d tok/min, %d in flight, max wait %v): %d requests", tier, lim.RequestsPerMinute, lim.TokensPerMinute,
+		lim.ConcurrentRequests, maxWait, len(reqs))
+	res.Print(out)
+	if svgPath != "" {
+		if err := os.WriteFile(svgPath, []byte(res.SVG()), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "plot written to %s\n", svgPath)
+	}
+	return nil
 }

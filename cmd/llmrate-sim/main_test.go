@@ -123,3 +123,47 @@ func TestFanout(t *testing.T) {
 	assert.Contains(t, out.String(), "one key at 200000 tokens/min")
 	assert.Contains(t, out.String(), "EstimateFromBody + WithCalibration")
 }
+
+// TestFlow: with a concurrency figure and a max wait, a hand-worked trace
+// (60 RPM and 6,000 TPM: 100 tokens a second into a bucket of 12,000; 2 in
+// flight; waits up to 5 s) is split into admitted at once, waited and
+// refused, by gauge and by bucket.
+func TestFlow(t *testing.T) {
+	dir := t.TempDir()
+	lines := []string{
+		`{"t":0,"key":"sk-a","tokens":12000,"duration":10}`, // the whole bucket, in flight until t=10
+		`{"t":0,"key":"sk-a","tokens":100,"duration":1}`,    // waits 1 s (holding its slot), ends at t=2
+		`{"t":0,"key":"sk-a","tokens":100}`,                 // 2 in flight: refused by the gauge, Retry-After 2 (the buckets' 200 short)
+		`{"t":3,"key":"sk-a","tokens":100}`,                 // -100 + 300 refilled: at once
+		`{"t":3,"key":"sk-a","tokens":1000}`,                // 100 left: 9 s short, past 5 s
+	}
+	trace := filepath.Join(dir, "t.jsonl")
+	require.NoError(t, os.WriteFile(trace, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	svg := filepath.Join(dir, "flow.svg")
+	var out strings.Builder
+	require.NoError(t, run([]string{"-trace", trace, "-rpm", "60", "-tpm", "6000", "-concurrency", "2", "-max-wait", "5s", "-svg", svg}, &out))
+	for _, want := range []string{
+		"admitted 2 requests at once",
+		"waited   1 requests (20.0%), then admitted: wait median 1s, max 1s",
+		"refused  2 requests",
+		"by key_concurrent       1",
+		"by key_tokens           1",
+		"in flight at most 2 (figure 2)",
+		"   2: 1\n",
+		"   9: 1\n",
+	} {
+		assert.Contains(t, out.String(), want)
+	}
+	b, err := os.ReadFile(svg)
+	require.NoError(t, err)
+	var doc struct {
+		Lines []struct {
+			Points string `xml:"points,attr"`
+		} `xml:"polyline"`
+	}
+	require.NoError(t, xml.Unmarshal(b, &doc), "the SVG is well-formed XML")
+	assert.Len(t, doc.Lines, 5, "offered, at once, waited, refused; in flight")
+
+	assert.ErrorContains(t, run([]string{"-trace", trace, "-max-wait", "61s"}, &out), "-max-wait")
+	assert.ErrorContains(t, run([]string{"-trace", trace, "-concurrency", "2", "-model-limits", "a=1/2"}, &out), "cannot be combined")
+}
