@@ -29,7 +29,11 @@
 // prefix to its callers (401 invalid_api_key), so a Limiter and a Transport
 // may share one store. Each admission
 // has its own identity (llmrate.NewAdmissionID), which its reconcile carries
-// with the store's receipt.
+// with the store's receipt. A key's Limits.ConcurrentRequests (0: none)
+// caps its requests in flight to the provider: the store's gauge holds a
+// slot from admission until the response body is read to its end or
+// closed, or the attempt fails; a key without a free slot is skipped like
+// one without room.
 //
 // A request debits its estimate (WithEstimator; default
 // llmrate.EstimateTokens: Content-Length / 4, floor 1, where the length of

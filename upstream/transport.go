@@ -23,7 +23,10 @@ type Key struct {
 	// Never the secret.
 	Name string
 	// Limits are the provider's figures for this key, per minute; each in
-	// [1, llmrate.MaxPerMinute].
+	// [1, llmrate.MaxPerMinute]. ConcurrentRequests, when above 0, caps the
+	// key's requests in flight to the provider: a slot is held from
+	// admission until the response body is read to its end or closed (or
+	// the attempt fails), as the store's gauge (DESIGN §14) counts it.
 	Limits llmrate.Limits
 	// Authorize sets the credential on an outgoing request (e.g. its
 	// Authorization or x-api-key header). It is given a clone of the
@@ -66,7 +69,7 @@ var _ http.RoundTripper = (*Transport)(nil)
 // New returns a Transport over keys, tried in the order given. Bad input is
 // a *llmrate.ConfigError (several are joined): no keys, an empty or
 // duplicate Name, a nil Authorize, a figure out of [1,
-// llmrate.MaxPerMinute], or a bad option.
+// llmrate.MaxPerMinute], a negative ConcurrentRequests, or a bad option.
 func New(keys []Key, opts ...Option) (*Transport, error) {
 	cfg, err := newConfig(opts)
 	errs := []error{err}
@@ -124,6 +127,9 @@ func validKey(i int, k Key, seen map[string]int) error {
 		if f.v < 1 || f.v > llmrate.MaxPerMinute {
 			errs = append(errs, fmt.Errorf("%s %d out of range [1, %d]", f.name, f.v, int64(llmrate.MaxPerMinute)))
 		}
+	}
+	if c := k.Limits.ConcurrentRequests; c < 0 {
+		errs = append(errs, fmt.Errorf("ConcurrentRequests %d: must not be negative (0: no cap)", c))
 	}
 	if len(errs) == 0 {
 		return nil
