@@ -94,6 +94,10 @@ type workerResult struct {
 	// Unexplained counts decisions the attribution could not explain (see
 	// countingStore): 0 unless it is wrong.
 	Unexplained int64 `json:"unexplained"`
+	// CommandErrors counts the commands go-redis saw fail, by command and
+	// error (NOSCRIPT aside), over the run: what the store's Redis errors
+	// and resends were made of.
+	CommandErrors map[string]int64 `json:"command_errors,omitempty"`
 
 	CloseError string `json:"close_error,omitempty"`
 }
@@ -329,6 +333,7 @@ func (w *worker) finish() workerResult {
 		r.LeaseLocal = p.t.leaseLocal
 		r.FallbackDecided, r.FallbackAllowed = p.t.fallbackDecided, p.t.fallbackAllowed
 		r.Unexplained = p.t.unexplained
+		r.CommandErrors = p.t.cmdErrors
 		r.StoreErrors = p.t.storeErrors
 		r.Reconciles, r.ReconcileShared, r.ReconcileFallback, r.ReconcileFailed = p.t.reconciles, p.t.recShared, p.t.recFallback, p.t.recFailed
 		r.DeltaShared, r.DeltaFallback, r.DeltaFailed = p.t.deltaShared, p.t.deltaFallback, p.t.deltaFailed
@@ -468,6 +473,7 @@ type probe struct {
 
 // tally is what the probe counted.
 type tally struct {
+	cmdErrors                               map[string]int64
 	redisDecided, redisAllowed              int64
 	leaseLocal                              int64
 	fallbackDecided, fallbackAllowed        int64
@@ -488,10 +494,21 @@ func (p *probe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 func (p *probe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") {
+		name := cmd.Name()
+		if err == nil && (name == "evalsha" || name == "eval") {
 			if m, _ := ctx.Value(markKey{}).(*mark); m != nil {
 				m.ok.Store(true)
 			}
+		}
+		if err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") && !(name == "client" && redis.HasErrorPrefix(err, "ERR unknown subcommand")) {
+			p.mu.Lock()
+			if p.t.cmdErrors == nil {
+				p.t.cmdErrors = map[string]int64{}
+			}
+			if k := name + ": " + err.Error(); len(p.t.cmdErrors) < 16 || p.t.cmdErrors[k] > 0 {
+				p.t.cmdErrors[k]++
+			}
+			p.mu.Unlock()
 		}
 		return err
 	}
