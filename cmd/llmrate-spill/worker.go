@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -505,7 +506,7 @@ func (p *probe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if p.t.cmdErrors == nil {
 				p.t.cmdErrors = map[string]int64{}
 			}
-			if k := name + ": " + err.Error(); len(p.t.cmdErrors) < 16 || p.t.cmdErrors[k] > 0 {
+			if k := name + ": " + addrs.ReplaceAllString(err.Error(), "$1: "); len(p.t.cmdErrors) < 16 || p.t.cmdErrors[k] > 0 {
 				p.t.cmdErrors[k]++
 			}
 			p.mu.Unlock()
@@ -513,6 +514,10 @@ func (p *probe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return err
 	}
 }
+
+// addrs matches a network error's addresses ("read tcp a->b: "), which
+// differ by connection: CommandErrors keeps the operation only.
+var addrs = regexp.MustCompile(`(read|write|dial) tcp [^ ]+: `)
 
 // reset forgets every tally.
 func (p *probe) reset() {
