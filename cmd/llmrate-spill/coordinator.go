@@ -145,7 +145,7 @@ type row struct {
 	FallbackRefused int64 `json:"fallback_refused"`
 	RedisAllowed    int64 `json:"redis_allowed"`
 	LeaseLocal      int64 `json:"lease_local"`
-	Unattributed    int64 `json:"unattributed"` // admitted − every decision attributed: 0 unless the attribution missed some
+	Unattributed    int64 `json:"unattributed"` // admitted − every decision attributed, plus decisions the attribution could not explain: 0 unless it is wrong
 
 	RecShared, RecFallback, RecFailed       int64
 	TokRecFallback, TokRecFailed            int64 // credits (estimate − usage) not applied to the shared store
@@ -155,7 +155,6 @@ type row struct {
 	Workers                                 []workerResult   `json:"workers"`
 	Estimate                                int64            `json:"estimate"`
 	LeasesOn, BatchingOn, FallbackOn, Store bool
-	Approximate                             bool // lease and fallback decisions told apart by a tracked breaker
 }
 
 // counted is the admissions one exact bucket may not have seen: failed
@@ -426,7 +425,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 			Dropped: after.Dropped - before.Dropped, Spiked: after.Spiked - before.Spiked, ResetRequest: after.ResetRequest - before.ResetRequest,
 			ResetReply: after.ResetReply - before.ResetReply, Killed: after.Killed - before.Killed}
 	}
-	var deltaShared int64
+	var deltaShared, unexplained int64
 	for _, w := range r.Workers {
 		r.Requests += w.Requests
 		r.Admitted += w.Admitted
@@ -445,15 +444,13 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 		r.TokRecFailed -= w.DeltaFailed
 		r.RedisErrors += w.RedisErrors
 		deltaShared += w.DeltaShared
-		if w.Attribution != "" && w.Attribution != "exact" {
-			r.Approximate = true
-		}
+		unexplained += w.Unexplained
 		if w.CloseError != "" {
 			r.CloseErrors = append(r.CloseErrors, fmt.Sprintf("worker %d: %s", w.ID, w.CloseError))
 		}
 	}
 	if mode != modeMemory {
-		r.Unattributed = r.Admitted - r.RedisAllowed - r.LeaseLocal - r.FallbackAllowed - r.FailOpenAdmit
+		r.Unattributed = r.Admitted - r.RedisAllowed - r.LeaseLocal - r.FallbackAllowed - r.FailOpenAdmit + unexplained
 	}
 	r.TokCharged = r.Admitted*cfg.Estimate + deltaShared
 	if mode == modeMemory {

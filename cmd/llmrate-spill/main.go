@@ -216,9 +216,6 @@ func printTables(out io.Writer, rows []row) {
 			r.Proxy.Conns, r.Proxy.Dropped, r.Proxy.Spiked, r.Proxy.ResetRequest+r.Proxy.ResetReply+r.Proxy.Killed, r.Unattributed)
 	}
 	for _, r := range rows {
-		if r.Approximate {
-			fmt.Fprintf(out, "%s/%s: lease and fallback decisions told apart by a breaker tracked from Redis's replies (approximate): the store's counters were not found\n", r.Scenario, r.Mode)
-		}
 		for _, e := range r.CloseErrors {
 			fmt.Fprintf(out, "%s/%s: Close: %s\n", r.Scenario, r.Mode, e)
 		}

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,11 +92,15 @@ type workerResult struct {
 	DeltaFallback     int64 `json:"delta_fallback"`
 	DeltaFailed       int64 `json:"delta_failed"`
 
+	// Unexplained counts decisions the attribution could not explain (see
+	// countingStore): 0 unless it is wrong.
+	Unexplained int64 `json:"unexplained"`
+	// CommandErrors counts the commands go-redis saw fail, by command and
+	// error (NOSCRIPT aside), over the run: what the store's Redis errors
+	// and resends were made of.
+	CommandErrors map[string]int64 `json:"command_errors,omitempty"`
+
 	CloseError string `json:"close_error,omitempty"`
-	// Attribution says how admissions and reconciles that sent nothing to
-	// Redis were told apart (lease or fallback): "exact" from the store's
-	// own counters, "tracked breaker" from the replies (approximate).
-	Attribution string `json:"attribution,omitempty"`
 }
 
 // runWorker is a worker process: it builds a limiter on one Redis (through
@@ -138,7 +143,6 @@ type worker struct {
 	closed bool
 
 	errorsBefore int64 // the store's Errors() when the clock started
-	leasedBefore int64 // and its admissions on a lease
 }
 
 func newWorker(cfg workerConfig) (*worker, error) {
@@ -159,7 +163,7 @@ func newWorker(cfg workerConfig) (*worker, error) {
 		// The README's client, with the context deadlines redisstore asks
 		// for (HonoursContext).
 		w.client = redis.NewClient(&redis.Options{Addr: cfg.Redis, MaxRetries: cfg.MaxRetries, ContextTimeoutEnabled: cfg.CtxTimeout})
-		w.probe = newProbe(cfg.Mode, cfg.RetryInterval)
+		w.probe = newProbe(cfg.Mode)
 		w.client.AddHook(w.probe)
 		sopts := []redisstore.Option{redisstore.WithHashKey(secret)}
 		if cfg.RedisTimeout > 0 {
@@ -186,8 +190,7 @@ func newWorker(cfg workerConfig) (*worker, error) {
 			return nil, err
 		}
 		w.store = s
-		w.probe.in = readInternals(s)
-		opts = append(opts, llmrate.WithStore(&countingStore{Store: s, w: w}))
+		opts = append(opts, llmrate.WithStore(&countingStore{s: s, w: w}))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := w.client.Ping(ctx).Err(); err != nil {
@@ -216,8 +219,7 @@ func newWorker(cfg workerConfig) (*worker, error) {
 // round in which a Redis call failed (the machine may be slow) is repeated
 // once the store would try Redis again, up to five rounds; after that the
 // run starts all the same, with a warning (the failures are Redis's, not
-// the harness's). The tallies and the tracked breaker start afresh after
-// it; Redis errors meanwhile are left out of RedisErrors.
+// the harness's). The tallies start afresh after it; Redis errors meanwhile are left out of RedisErrors.
 func (w *worker) warm(figures llmrate.Limits) {
 	retry := w.cfg.RetryInterval
 	if retry <= 0 {
@@ -238,9 +240,6 @@ func (w *worker) warm(figures llmrate.Limits) {
 	}
 	w.probe.reset()
 	w.errorsBefore = w.store.Errors()
-	if l := w.probe.in.leaseLocal; l != nil {
-		w.leasedBefore = l.Load()
-	}
 }
 
 func (w *worker) warmOnce(figures llmrate.Limits) error {
@@ -334,24 +333,8 @@ func (w *worker) finish() workerResult {
 		r.RedisDecided, r.RedisAllowed = p.t.redisDecided, p.t.redisAllowed
 		r.LeaseLocal = p.t.leaseLocal
 		r.FallbackDecided, r.FallbackAllowed = p.t.fallbackDecided, p.t.fallbackAllowed
-		// An admission that sent nothing of its own was decided by a
-		// batch call another caller ran (counted from the calls' replies)
-		// or on a lease (the store's count: every one allowed), else by
-		// the fallback.
-		local := p.t.batchDecided
-		r.RedisDecided += p.t.batchDecided
-		r.RedisAllowed += p.t.batchAllowed
-		localAllowed := p.t.batchAllowed
-		if p.mode == modeLease && p.in.leaseLocal != nil {
-			r.LeaseLocal = p.in.leaseLocal.Load() - w.leasedBefore
-			local, localAllowed = r.LeaseLocal, r.LeaseLocal
-		}
-		r.FallbackDecided += p.t.unattributed - local
-		r.FallbackAllowed += p.t.unattributedAllowed - localAllowed
-		r.Attribution = "exact"
-		if p.mode == modeLease && (p.in.leaseLocal == nil || p.in.downUntil == nil) {
-			r.Attribution = "tracked breaker"
-		}
+		r.Unexplained = p.t.unexplained
+		r.CommandErrors = p.t.cmdErrors
 		r.StoreErrors = p.t.storeErrors
 		r.Reconciles, r.ReconcileShared, r.ReconcileFallback, r.ReconcileFailed = p.t.reconciles, p.t.recShared, p.t.recFallback, p.t.recFailed
 		r.DeltaShared, r.DeltaFallback, r.DeltaFailed = p.t.deltaShared, p.t.deltaFallback, p.t.deltaFailed
@@ -423,83 +406,86 @@ func (o *observer) FailedOpen(ev llmrate.FailOpenEvent) {
 	}
 }
 
-// countingStore is the redisstore the limiter uses, with each call's
-// outcome attributed: decided (or applied) by Redis, on a lease, by the
-// local fallback, or failed. Its other methods (HonoursContext, Close,
-// NotifyEvictions) are the store's own.
+// countingStore is the llmrate.Store the limiter uses: the redisstore,
+// with each call's outcome attributed from what the public API shows.
+//   - An admission whose Decision.Receipt is the local fallback's was
+//     decided by the fallback (its Redis call failed, or the breaker was
+//     open).
+//   - Any other was decided by Redis: by its own command (it got Redis's
+//     answer, seen by the go-redis hook), by a batch call another caller
+//     ran (batching), or, leases on and no command of its own answered, on
+//     this process's lease.
+//   - A reconcile that failed was not applied; one with the fallback's
+//     receipt went to the fallback; any other was applied in Redis (or to
+//     a lease Redis had debited).
+//
+// Every decision not the fallback's and without an answer of its own in
+// plain mode, or a lease decision that refused, is one the attribution
+// cannot explain: it is counted (unexplained) and shows as unattributed.
+// HonoursContext, Close and NotifyEvictions are forwarded.
 type countingStore struct {
-	*redisstore.Store
+	s *redisstore.Store
 	w *worker
 }
 
+var (
+	_ llmrate.Store            = (*countingStore)(nil)
+	_ llmrate.EvictionNotifier = (*countingStore)(nil)
+)
+
+// receiptLocal is the Decision.Receipt redisstore gives the local
+// fallback's decisions (see redisstore's package doc, "Faults").
+const receiptLocal = "local"
+
 func (s *countingStore) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
 	m := &mark{}
-	d, err := s.Store.Admit(context.WithValue(ctx, markKey{}, m), r)
+	d, err := s.s.Admit(context.WithValue(ctx, markKey{}, m), r)
 	s.w.probe.admitted(m, d, err)
 	return d, err
 }
 
 func (s *countingStore) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error {
-	m := &mark{}
-	err := s.Store.Reconcile(context.WithValue(ctx, markKey{}, m), r)
-	s.w.probe.reconciled(m, r.BoundedActual(llmrate.KeyTokens)-r.Estimate, err)
+	err := s.s.Reconcile(ctx, r)
+	s.w.probe.reconciled(r.Receipt, r.BoundedActual(llmrate.KeyTokens)-r.Estimate, err)
 	return err
 }
+
+func (s *countingStore) HonoursContext() bool                      { return s.s.HonoursContext() }
+func (s *countingStore) Close(ctx context.Context) error           { return s.s.Close(ctx) }
+func (s *countingStore) NotifyEvictions(o llmrate.Observer) func() { return s.s.NotifyEvictions(o) }
 
 // markKey is the context key of a call's mark.
 type markKey struct{}
 
-// mark records what Redis answered to the commands one store call sent
-// under its context.
+// mark records whether Redis answered a command one store call sent under
+// its context.
 type mark struct {
-	ok, failed atomic.Bool
+	ok atomic.Bool
 }
 
-// probe is a go-redis hook that sees every command the store sends, and
-// attributes the store's decisions:
-//   - a call whose own command got Redis's answer was decided by Redis;
-//   - one whose command failed and that still returned a decision was
-//     decided by the fallback;
-//   - one that sent nothing was decided by a batch call another caller ran
-//     (batching: counted from those calls' replies), on a lease (leases on:
-//     the store's own count, internals.go), or else by the fallback, the
-//     store's breaker being open. A reconcile that sent nothing went to a
-//     lease, unless the breaker was open (read from the store).
-//
-// Without the store's counters (renamed), lease mode falls back on a
-// breaker tracked from the replies, as redisstore documents it (three
-// failed calls in a row stop it trying Redis for the retry interval),
-// which concurrent calls make approximate.
+// probe is a go-redis hook that marks the calls whose own command Redis
+// answered, and the tallies of the store's decisions.
 type probe struct {
-	mode  string
-	retry time.Duration
-	in    internals
+	mode string
 
 	mu sync.Mutex
 	t  tally
 }
 
-// tally is what the probe counted, and the breaker it tracks.
+// tally is what the probe counted.
 type tally struct {
-	consecutive                             int
-	downUntil                               time.Time
+	cmdErrors                               map[string]int64
 	redisDecided, redisAllowed              int64
 	leaseLocal                              int64
 	fallbackDecided, fallbackAllowed        int64
-	unattributed, unattributedAllowed       int64
-	batchDecided, batchAllowed              int64
+	unexplained                             int64
 	storeErrors                             int64
 	reconciles, recShared, recFallback      int64
 	recFailed                               int64
 	deltaShared, deltaFallback, deltaFailed int64
 }
 
-func newProbe(mode string, retry time.Duration) *probe {
-	if retry <= 0 {
-		retry = redisstore.DefaultRetryInterval
-	}
-	return &probe{mode: mode, retry: retry}
-}
+func newProbe(mode string) *probe { return &probe{mode: mode} }
 
 func (p *probe) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (p *probe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -510,62 +496,34 @@ func (p *probe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		name := cmd.Name()
-		if name != "evalsha" && name != "eval" {
-			return err
-		}
-		if errors.Is(err, redis.ErrNoScript) {
-			return err // go-redis sends the script itself next: not a failure
-		}
-		m, _ := ctx.Value(markKey{}).(*mark)
-		p.mu.Lock()
-		if err != nil {
-			p.t.consecutive++
-			if p.t.consecutive >= 3 {
-				p.t.downUntil = time.Now().Add(p.retry)
-			}
-		} else {
-			p.t.consecutive = 0
-		}
-		if m == nil && err == nil && p.mode == modeBatch {
-			// A batch call another caller ran: 8 values per admission,
-			// the first 1 when it was allowed.
-			if c, ok := cmd.(*redis.Cmd); ok {
-				if vals, verr := c.Int64Slice(); verr == nil && len(vals)%8 == 0 {
-					for i := 0; i < len(vals); i += 8 {
-						p.t.batchDecided++
-						if vals[i] == 1 {
-							p.t.batchAllowed++
-						}
-					}
-				}
-			}
-		}
-		p.mu.Unlock()
-		if m != nil {
-			if err != nil {
-				m.failed.Store(true)
-			} else {
+		if err == nil && (name == "evalsha" || name == "eval") {
+			if m, _ := ctx.Value(markKey{}).(*mark); m != nil {
 				m.ok.Store(true)
 			}
+		}
+		if err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") && !(name == "client" && redis.HasErrorPrefix(err, "ERR unknown subcommand")) {
+			p.mu.Lock()
+			if p.t.cmdErrors == nil {
+				p.t.cmdErrors = map[string]int64{}
+			}
+			if k := name + ": " + addrs.ReplaceAllString(err.Error(), "$1: "); len(p.t.cmdErrors) < 16 || p.t.cmdErrors[k] > 0 {
+				p.t.cmdErrors[k]++
+			}
+			p.mu.Unlock()
 		}
 		return err
 	}
 }
 
-// reset forgets every tally and the tracked breaker.
+// addrs matches a network error's addresses ("read tcp a->b: "), which
+// differ by connection: CommandErrors keeps the operation only.
+var addrs = regexp.MustCompile(`(read|write|dial) tcp [^ ]+: `)
+
+// reset forgets every tally.
 func (p *probe) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.t = tally{}
-}
-
-// downLocked reports whether the store's breaker is open now: read from
-// the store, else as tracked.
-func (p *probe) downLocked() bool {
-	if d := p.in.downUntil; d != nil {
-		return time.Now().UnixNano() < d.Load()
-	}
-	return time.Now().Before(p.t.downUntil)
 }
 
 func (p *probe) admitted(m *mark, d llmrate.Decision, err error) {
@@ -578,25 +536,24 @@ func (p *probe) admitted(m *mark, d llmrate.Decision, err error) {
 	switch {
 	case err != nil:
 		p.t.storeErrors++
-	case m.ok.Load():
+	case d.Receipt == receiptLocal:
+		p.t.fallbackDecided++
+		p.t.fallbackAllowed += allowed
+	case p.mode == modeLease && !m.ok.Load():
+		p.t.leaseLocal += allowed
+		if !d.Allowed {
+			p.t.unexplained++ // a lease only ever admits
+		}
+	default:
 		p.t.redisDecided++
 		p.t.redisAllowed += allowed
-	case m.failed.Load():
-		p.t.fallbackDecided++
-		p.t.fallbackAllowed += allowed
-	case p.mode == modeBatch, p.mode == modeLease && p.in.leaseLocal != nil:
-		// Told apart in total, at the end (worker.finish).
-		p.t.unattributed++
-		p.t.unattributedAllowed += allowed
-	case p.mode == modeLease && d.Allowed && !p.downLocked():
-		p.t.leaseLocal++
-	default:
-		p.t.fallbackDecided++
-		p.t.fallbackAllowed += allowed
+		if p.mode == modePlain && !m.ok.Load() {
+			p.t.unexplained++ // Redis's decision, but no answer came
+		}
 	}
 }
 
-func (p *probe) reconciled(m *mark, delta int64, err error) {
+func (p *probe) reconciled(receipt string, delta int64, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.t.reconciles++
@@ -604,14 +561,14 @@ func (p *probe) reconciled(m *mark, delta int64, err error) {
 	case err != nil:
 		p.t.recFailed++
 		p.t.deltaFailed += delta
-	case m.ok.Load(), p.mode == modeLease && !m.failed.Load() && !p.downLocked():
-		// Applied in Redis, or (sending nothing, leases on, the breaker
-		// closed) to this process's leases, which Redis debited up front.
-		p.t.recShared++
-		p.t.deltaShared += delta
-	default:
+	case receipt == receiptLocal:
 		p.t.recFallback++
 		p.t.deltaFallback += delta
+	default:
+		// Applied in Redis, or to this process's leases, which Redis
+		// debited up front.
+		p.t.recShared++
+		p.t.deltaShared += delta
 	}
 }
 
