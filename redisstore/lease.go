@@ -241,12 +241,12 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
 	want := s.leases.want(r.KeyLimits, r.WorkspaceLimits)
 	if r.Tokens > want[llmrate.KeyTokens] || r.Tokens > want[llmrate.WorkspaceTokens] {
-		return s.admitPlain(ctx, k, w, r) // no lease could cover it
+		return s.admitUnleased(ctx, k, w, r) // no lease could cover it
 	}
 	for {
 		g, ok := s.groupFor(w)
 		if !ok { // closed: no new leases
-			return s.admitPlain(ctx, k, w, r)
+			return s.admitUnleased(ctx, k, w, r)
 		}
 		now := s.localNow()
 		g.mu.Lock()
@@ -298,8 +298,21 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 				return llmrate.Decision{}, ctx.Err()
 			}
 		}
+		if !s.up(ctx) { // the lease cannot cover it and Redis is out
+			g.mu.Unlock()
+			return s.admitLocal(ctx, r, errDown)
+		}
 		return s.renew(ctx, g, kl, k, w, r, now, want)
 	}
+}
+
+// admitUnleased admits r through Redis without a lease, unless the breaker
+// is open: then the fallback decides.
+func (s *Store) admitUnleased(ctx context.Context, k, w string, r llmrate.AdmitRequest) (llmrate.Decision, error) {
+	if !s.up(ctx) {
+		return s.admitLocal(ctx, r, errDown)
+	}
+	return s.admitPlain(ctx, k, w, r)
 }
 
 // renew admits r through Redis. When the key is busy it returns, in the

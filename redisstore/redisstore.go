@@ -189,8 +189,13 @@ const breakAfter = 3
 
 // maxResends is how many times one call is sent again after its reply was
 // lost (its connection closed or reset), within its deadline, when every
-// admission or reconcile it carries has an identity.
-const maxResends = 2
+// admission or reconcile it carries has an identity: Redis answers a
+// repeat with its first answer, so resending is safe while time is left.
+// A resend goes on a new connection, whose handshake (HELLO, CLIENT) may
+// lose its replies too: under heavy loss most tries fail, so the cap is
+// high, and the deadline (WithTimeout) is what ends a call. The cap only
+// stops a call from spinning through connections that all fail at once.
+const maxResends = 32
 
 // maxGuarded bounds the calls in flight on a client that does not end a
 // call at its context's deadline (see HonoursContext): each runs on a
@@ -633,8 +638,9 @@ func int64s(v any, n int) ([]int64, error) {
 	return out, nil
 }
 
-// Admit implements llmrate.Store in one round trip (two when its reply is
-// lost and it has an ID: see llmrate.AdmitRequest.ID).
+// Admit implements llmrate.Store in one round trip (more when its reply is
+// lost and it has an ID: it is sent again while WithTimeout allows; see
+// llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return llmrate.Decision{}, errNoGauges
@@ -642,11 +648,14 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	if r.MaxWait > 0 {
 		return llmrate.Decision{}, errNoReservations
 	}
+	if s.leases != nil {
+		// A lease is debited in Redis already: it decides without Redis,
+		// breaker open or not; admitLeased asks the breaker only before it
+		// calls Redis.
+		return s.admitLeased(ctx, r)
+	}
 	if !s.up(ctx) {
 		return s.admitLocal(ctx, r, errDown)
-	}
-	if s.leases != nil {
-		return s.admitLeased(ctx, r)
 	}
 	if s.batch != nil {
 		return s.admitBatched(ctx, r)
