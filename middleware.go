@@ -266,7 +266,10 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	}
 	var err error
 	if l.mem != nil {
-		a.d, err = l.mem.Admit(ctx, req)
+		// In process: no reply can be lost, so the ID (set under a gauge)
+		// only names the slots its reconcile releases, and no identity
+		// record is kept for it.
+		a.d, err = l.mem.admitAny(req)
 	} else {
 		if req.ID == "" {
 			req.ID = NewAdmissionID()
@@ -294,8 +297,26 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		if !a.d.Allowed {
 			ev.RetryAfter = time.Duration(retryAfterSeconds(a.d)) * time.Second
 		}
-		o.Decided(ev)
+		if !l.observeDecided(a, o, ev) && !a.d.Allowed {
+			return false // a fault refuses nothing: the request passes, counted
+		}
 	}
+	return true
+}
+
+// observeDecided calls o.Decided, and reports false when it panicked: a
+// fault, counted and logged. The decision itself stands: an admitted
+// request goes on and is reconciled (releasing its slots, settling its
+// reservation); a refused one was debited nothing, and passes as any fault
+// lets a request pass.
+func (l *Limiter) observeDecided(a *admission, o Observer, ev DecisionEvent) (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			l.failOpen(a, "observer", &PanicError{Where: "observer Decided", Value: p})
+			ok = false
+		}
+	}()
+	o.Decided(ev)
 	return true
 }
 

@@ -193,7 +193,9 @@ func (l *Limiter) reconcile(ctx context.Context, a *admission, req ReconcileRequ
 	var err error
 	switch {
 	case l.mem != nil:
-		err = l.mem.Reconcile(ctx, req)
+		// In process: no reply can be lost, so no identity is recorded;
+		// the ID only releases the slots its admission holds.
+		l.mem.reconcile(req)
 	case l.rq != nil && l.rq.enqueue(reconcileJob{req: req, tier: a.tier}):
 		return
 	default:

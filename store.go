@@ -138,7 +138,8 @@ type AdmitRequest struct {
 	// Reservations are served in the order the store decided them: each
 	// debits the buckets at once (they may go below zero), so a later
 	// request on the same buckets is told a longer wait and never overtakes
-	// an earlier one. A gauge never waits: a request it refuses is refused
+	// an earlier one (a credit landing meanwhile goes to the bucket, not to
+	// the waiters: a later request may then fit at once). A gauge never waits: a request it refuses is refused
 	// at once, and a reservation holds its slots while it waits.
 	MaxWait time.Duration
 }
@@ -268,7 +269,10 @@ const MaxRetryAfter = 60 * time.Second
 // slots are held counts them against the new figure. A store shared by
 // processes also frees the slots of a process that stopped reconciling
 // (died, or lost the store) after a bounded time, and never before while
-// that process lives (the Redis store: redisstore.WithSlotTTL).
+// that process lives (the Redis store: redisstore.WithSlotTTL). An
+// admission whose reply the limiter never got (past its store timeout: the
+// request fails open) is never reconciled: a slot the store took for it
+// is held until the store frees it so, as a dead process's would be.
 type Store interface {
 	Admit(ctx context.Context, req AdmitRequest) (Decision, error)
 	Reconcile(ctx context.Context, req ReconcileRequest) error

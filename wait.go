@@ -29,7 +29,11 @@ const DefaultMaxWaiters = 4096
 //
 // Waiters are served in the order the store decided them: a later request
 // on the same buckets is told a longer wait and never overtakes an earlier
-// one (with the Redis store, across processes too). A request whose wait
+// one (with the Redis store, across processes too), but for credits: a
+// credit landing while reservations wait (a reconcile below its estimate,
+// a refund) goes to the bucket, not to the waiters, so a later request may
+// then fit at once while an earlier one keeps the wait it was told. A
+// request whose wait
 // would exceed d is refused as without WithMaxWait, its Retry-After
 // counting the reservations ahead of it. A gauge (ConcurrentRequests)
 // never waits: a request it refuses gets its 429 at once, and a waiting
