@@ -259,7 +259,14 @@ func (r *round) try(k *key) (resp *http.Response, done bool, err error) {
 // returns its error and no reservation: the key is used unchecked.
 func (r *round) admit(k *key, now time.Time) (*reservation, llmrate.Decision, error) {
 	t := r.t
-	id := llmrate.NewAdmissionID()
+	// An identity lets a shared store answer a resent admission once; the
+	// memory store, called in process, loses no reply, and would only keep
+	// a record of it: it gets one only where a gauge needs it to name the
+	// slot its reconcile releases.
+	var id string
+	if !t.memory || k.Limits.ConcurrentRequests > 0 {
+		id = llmrate.NewAdmissionID()
+	}
 	d, err := callStore(t, r.req.Context(), "admit", func(ctx context.Context) (llmrate.Decision, error) {
 		return t.store.Admit(ctx, llmrate.AdmitRequest{
 			Key: k.ws, Workspace: k.ws, KeyLimits: k.Limits, WorkspaceLimits: k.Limits,
