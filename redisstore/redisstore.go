@@ -137,7 +137,7 @@ var (
 	reconcileLua string
 
 	admitScript     = redis.NewScript(arithLua + admitOneLua + admitLua)
-	reconcileScript = redis.NewScript(arithLua + entryLua + reconcileLua)
+	reconcileScript = redis.NewScript(arithLua + entryLua + ridLua + reconcileLua)
 )
 
 // Defaults.
@@ -161,6 +161,7 @@ type Store struct {
 	fallback *llmrate.MemoryStore
 	batch    *batcher  // nil: one call per admission (batch size 1)
 	leases   *leaser   // nil: no leases
+	gauges   *holder   // the slots this process holds
 	macs     sync.Pool // of *mac
 
 	direct bool          // the client ends a call at its context's deadline
@@ -239,6 +240,8 @@ type config struct {
 	batchSet    bool
 	leases      float64
 	leasesSet   bool
+	slotTTL     time.Duration
+	slotTTLSet  bool
 	nilOptions  int
 	fallbackSet bool
 }
@@ -299,7 +302,7 @@ func WithFallbackLocal(opts ...llmrate.MemoryOption) Option {
 // reported together (errors.Join), each as a *llmrate.ConfigError whose
 // Option is qualified, e.g. "redisstore.WithHashKey".
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, retry: DefaultRetryInterval}
+	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, retry: DefaultRetryInterval, slotTTL: DefaultSlotTTL}
 	for _, o := range opts {
 		if o == nil {
 			c.nilOptions++
@@ -311,6 +314,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback}
+	s.gauges = newHolder(c.slotTTL)
 	s.direct = clientHonoursContext(client)
 	if !s.direct {
 		s.slots = make(chan struct{}, maxGuarded)
@@ -354,6 +358,9 @@ func (c *config) check(client redis.UniversalClient) error {
 	}
 	if c.timeout <= 0 {
 		fail("WithTimeout", "%v: must be positive", c.timeout)
+	}
+	if c.slotTTLSet && c.slotTTL <= 0 {
+		fail("WithSlotTTL", "%v: must be positive", c.slotTTL)
 	}
 	if c.retry < 0 {
 		fail("WithRetryInterval", "%v: must not be negative", c.retry)
@@ -636,11 +643,19 @@ func int64s(v any, n int) ([]int64, error) {
 // Admit implements llmrate.Store in one round trip (two when its reply is
 // lost and it has an ID: see llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
-	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
-		return llmrate.Decision{}, errNoGauges
-	}
-	if r.MaxWait > 0 {
-		return llmrate.Decision{}, errNoReservations
+	if g := gauged(r.KeyLimits, r.WorkspaceLimits); g || r.MaxWait > 0 {
+		switch {
+		case g && s.leases != nil:
+			return llmrate.Decision{}, errNoGauges
+		case s.leases != nil:
+			return llmrate.Decision{}, errNoReservations
+		case g && r.ID == "":
+			return llmrate.Decision{}, llmrate.ErrNoAdmissionID
+		}
+		if !s.up(ctx) {
+			return s.admitLocal(ctx, r, errDown)
+		}
+		return s.admitX(ctx, r)
 	}
 	if !s.up(ctx) {
 		return s.admitLocal(ctx, r, errDown)
@@ -658,16 +673,6 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	}
 	return decisionFrom(res), nil
 }
-
-// The Redis store does not enforce concurrency gauges or reservations yet:
-// it says so (errors.Is(err, errors.ErrUnsupported)) rather than admit
-// past a gauge or refuse what would have waited without a word. The
-// limiter fails a gauged request open (counted and logged) and decides a
-// request it would have let wait as without WithMaxWait.
-var (
-	errNoGauges       = fmt.Errorf("redisstore: concurrency limits (Limits.ConcurrentRequests): %w", errors.ErrUnsupported)
-	errNoReservations = fmt.Errorf("redisstore: reservations (AdmitRequest.MaxWait): %w", errors.ErrUnsupported)
-)
 
 // admitLocal decides r in the local fallback (its Decision.Receipt says
 // so, and its reconcile goes there too), or returns err without one.
@@ -704,9 +709,12 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 		return errDown
 	}
 	var err error
-	if s.leases != nil {
+	switch {
+	case r.ID != "" && (r.Receipt == receiptGauged || gauged(r.KeyLimits, r.WorkspaceLimits)):
+		err = s.reconcileGauged(ctx, r)
+	case s.leases != nil:
 		err = s.reconcileLeased(ctx, r)
-	} else {
+	default:
 		k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 		keys := []string{k, w}
 		if r.ID != "" {
