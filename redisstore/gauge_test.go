@@ -1,0 +1,242 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// gaugeStores returns n stores on one Redis sharing one prefix and secret,
+// as n gateway processes would, each closed at the test's end.
+func gaugeStores(t *testing.T, c redis.UniversalClient, n int, opts ...redisstore.Option) []*redisstore.Store {
+	t.Helper()
+	p := fmt.Sprintf("g%d", prefixes.Add(1))
+	out := make([]*redisstore.Store, n)
+	for i := range out {
+		s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(p), redisstore.WithTimeout(time.Second),
+			redisstore.WithHashKey(testSecret)}, opts...)...)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, s.Close(context.Background())) })
+		out[i] = s
+	}
+	return out
+}
+
+// gaugedReq is a request on a key with a key gauge of kc and a workspace
+// gauge of wc, under buckets far too large to refuse anything here.
+func gaugedReq(kc, wc int64) llmrate.AdmitRequest {
+	big := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000_000}
+	kl, wl := big, big
+	kl.ConcurrentRequests, wl.ConcurrentRequests = kc, wc
+	return llmrate.AdmitRequest{Key: "k", Workspace: "ws", KeyLimits: kl, WorkspaceLimits: wl, Tokens: 10,
+		ID: llmrate.NewAdmissionID()}
+}
+
+func release(t *testing.T, s *redisstore.Store, r llmrate.AdmitRequest, d llmrate.Decision) {
+	t.Helper()
+	require.NoError(t, s.Reconcile(context.Background(), llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace,
+		KeyLimits: r.KeyLimits, WorkspaceLimits: r.WorkspaceLimits, Estimate: r.Tokens, Actual: r.Tokens,
+		ID: r.ID, Receipt: d.Receipt}))
+}
+
+// TestGaugeAcrossProcesses: two stores (two processes) on one Redis, 16
+// callers each admitting, holding and releasing in a loop: never more than
+// the figure in flight at once, counted by the callers themselves (a
+// caller counts itself in only once admitted, and out before its release).
+func TestGaugeAcrossProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	stores := gaugeStores(t, c, 2)
+	const figure = 3
+	var inFlight, most, admitted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		s := stores[g%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				r := gaugedReq(figure, 0)
+				d, err := s.Admit(context.Background(), r)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if !d.Allowed {
+					assert.Equal(t, llmrate.KeyConcurrent, d.Refused)
+					refused.Add(1)
+					continue
+				}
+				admitted.Add(1)
+				n := inFlight.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(time.Millisecond) // hold the slot a while: the others contend for it
+				inFlight.Add(-1)
+				release(t, s, r, d)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("admitted %d, refused %d, most in flight %d", admitted.Load(), refused.Load(), most.Load())
+	assert.LessOrEqual(t, most.Load(), int64(figure), "never more than the figure in flight across both processes")
+	assert.Positive(t, refused.Load(), "16 callers contend for 3 slots: some are refused")
+	assert.Positive(t, admitted.Load())
+	for i, s := range stores {
+		assert.Zero(t, s.Held(), "store %d holds no slot once every admission was reconciled", i)
+	}
+	// Every slot was released: a fresh process gets all three.
+	for i := range figure {
+		d, err := stores[0].Admit(context.Background(), gaugedReq(figure, 0))
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "slot %d after every release", i+1)
+	}
+}
+
+// TestGaugeReleasedOnce: a reconcile sent again, from either process and
+// concurrently, releases its slot once; the workspace gauge too.
+func TestGaugeReleasedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	stores := gaugeStores(t, c, 2)
+	a, b := stores[0], stores[1]
+	r1 := gaugedReq(2, 2)
+	d1, err := a.Admit(context.Background(), r1)
+	require.NoError(t, err)
+	require.True(t, d1.Allowed)
+	r2 := gaugedReq(2, 2)
+	d2, err := b.Admit(context.Background(), r2)
+	require.NoError(t, err)
+	require.True(t, d2.Allowed)
+	d, err := a.Admit(context.Background(), gaugedReq(2, 2))
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "two in flight, figure 2")
+
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			release(t, stores[i%2], r1, d1)
+		}()
+	}
+	wg.Wait()
+	r3 := gaugedReq(2, 2)
+	d3, err := b.Admit(context.Background(), r3)
+	require.NoError(t, err)
+	assert.True(t, d3.Allowed, "the released slot")
+	d, err = a.Admit(context.Background(), gaugedReq(2, 2))
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "eight reconciles released one slot, not more")
+	assert.Equal(t, llmrate.KeyConcurrent, d.Refused)
+
+	// A resent admission (same ID) answers its first decision and takes no
+	// second slot: releasing it once frees room for exactly one.
+	again, err := b.Admit(context.Background(), r3)
+	require.NoError(t, err)
+	assert.Equal(t, d3, again, "a resent admission gets its first decision")
+	release(t, b, r3, d3)
+	d, err = a.Admit(context.Background(), gaugedReq(2, 2))
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	d, err = a.Admit(context.Background(), gaugedReq(2, 2))
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the resent admission held one slot, not two")
+}
+
+// TestGaugeDeadProcessSlotExpires: a process that stops refreshing (closed
+// without reconciling: as good as dead) loses its slot a slot life later,
+// and not before. Real time: the slot's life is on Redis's clock.
+func TestGaugeDeadProcessSlotExpires(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	const ttl = 300 * time.Millisecond
+	stores := gaugeStores(t, c, 2, redisstore.WithSlotTTL(ttl))
+	dead, live := stores[0], stores[1]
+	start := time.Now()
+	d, err := dead.Admit(context.Background(), gaugedReq(1, 0))
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.NoError(t, dead.Close(context.Background()))
+	d, err = live.Admit(context.Background(), gaugedReq(1, 0))
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "the dead process's slot is still held")
+	for {
+		r := gaugedReq(1, 0)
+		d, err = live.Admit(context.Background(), r)
+		require.NoError(t, err)
+		if d.Allowed {
+			release(t, live, r, d)
+			break
+		}
+		require.Less(t, time.Since(start), ttl+2*time.Second, "the dead process's slot never expired")
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.GreaterOrEqual(t, time.Since(start), ttl, "freed no sooner than its life")
+}
+
+// TestGaugeLiveProcessRefreshed: a process that holds a slot for several
+// slot lives (a long stream) keeps it: its refresher renews it; the other
+// process is refused throughout, until the release.
+func TestGaugeLiveProcessRefreshed(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	const ttl = 600 * time.Millisecond
+	stores := gaugeStores(t, c, 2, redisstore.WithSlotTTL(ttl))
+	holder, other := stores[0], stores[1]
+	r := gaugedReq(0, 1)
+	d, err := holder.Admit(context.Background(), r)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Equal(t, 1, holder.Held())
+	end := time.Now().Add(3 * ttl)
+	for time.Now().Before(end) {
+		o, err := other.Admit(context.Background(), gaugedReq(0, 1))
+		require.NoError(t, err)
+		require.False(t, o.Allowed, "the live process's slot expired after %v", time.Since(end.Add(-3*ttl)))
+		assert.Equal(t, llmrate.WorkspaceConcurrent, o.Refused)
+		time.Sleep(50 * time.Millisecond)
+	}
+	release(t, holder, r, d)
+	assert.Zero(t, holder.Held())
+	o, err := other.Admit(context.Background(), gaugedReq(0, 1))
+	require.NoError(t, err)
+	assert.True(t, o.Allowed, "released")
+}
+
+// TestGaugeNeedsID: a gauged admission without an ID could never be
+// released: refused with llmrate.ErrNoAdmissionID, as the memory store does.
+func TestGaugeNeedsID(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, client(t, srv.Addr))
+	r := gaugedReq(1, 0)
+	r.ID = ""
+	_, err := s.Admit(context.Background(), r)
+	assert.ErrorIs(t, err, llmrate.ErrNoAdmissionID)
+}
+
+// TestGaugeAndWaitWithLeases: with WithLeases, gauges and reservations are
+// refused as unsupported (the limiter then fails a gauged request open and
+// decides without MaxWait) rather than decided against buckets whose leased
+// capacity the admission script cannot see.
+func TestGaugeAndWaitWithLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, client(t, srv.Addr), redisstore.WithLeases(0.1))
+	t.Cleanup(func() { assert.NoError(t, s.Close(context.Background())) })
+	_, err := s.Admit(context.Background(), gaugedReq(1, 0))
+	assert.True(t, errors.Is(err, errors.ErrUnsupported), "gauge with leases: %v", err)
+	r := gaugedReq(0, 0)
+	r.MaxWait = time.Second
+	_, err = s.Admit(context.Background(), r)
+	assert.True(t, errors.Is(err, errors.ErrUnsupported), "MaxWait with leases: %v", err)
+}
