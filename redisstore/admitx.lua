@@ -1,10 +1,14 @@
 -- An admission with a bounded wait (AdmitRequest.MaxWait) or concurrency
--- gauges (Limits.ConcurrentRequests), concatenated after arith.lua and
--- admitone.lua. Admissions with neither run admit.lua, which this script
--- leaves untouched, so they cost what they did before.
+-- gauges (Limits.ConcurrentRequests), concatenated after arith.lua,
+-- admitone.lua and one of xplain.lua (no leases) or xlease.lua (WithLeases:
+-- the entries are read and written as lease.lua does, so capacity out on
+-- lease is not admitted twice), which define xget, xput, XID, LK and LW.
+-- Admissions with neither run admit.lua, which this script leaves
+-- untouched, so they cost what they did before.
 -- KEYS[1]: the key's entry, KEYS[2]: the workspace's entry, KEYS[3]: the
--- key's gauge, KEYS[4]: the workspace's gauge (one hash slot), KEYS[5]
--- (optional): the admission's identity record.
+-- key's gauge, KEYS[4]: the workspace's gauge (one hash slot), then, with
+-- leases, the key's and the workspace's lease hashes (LK, LW); last
+-- (optional): the admission's identity record (XID).
 -- ARGV[1]: now_us ("" = server TIME), ARGV[2]: the request (admit_one's
 -- ADMIT), ARGV[3]: the identity record's life in ms, ARGV[4]: the longest
 -- wait in µs (0: none), ARGV[5]: the key gauge's figure (a Solo request's
@@ -43,8 +47,8 @@ end
 -- XDEC is an admitted decision as its identity record holds it: its four
 -- levels and its wait in µs.
 local XDEC = "<ddddd"
-if KEYS[5] then
-  local v = redis.call("GET", KEYS[5])
+if XID then
+  local v = redis.call("GET", XID)
   if v then
     local a, b, c, d, w = struct.unpack(XDEC, v)
     return {1, 0, 0, 0, a, b, c, d, w}
@@ -58,9 +62,9 @@ local maxwait = tonumber(ARGV[4])
 local kc, wc = tonumber(ARGV[5]), tonumber(ARGV[6])
 if solo then krr, ktr, wc = wrr, wtr, 0 end
 local kkey, wkey = KEYS[1], KEYS[2]
-local wl, wr, wrf, wt, wtf = get(wkey, now, wrr, wtr)
+local wl, wr, wrf, wt, wtf = xget(wkey, LW, now, wrr, wtr)
 local kl, kr, krf, kt, ktf = wl, wr, wrf, wt, wtf
-if not solo then kl, kr, krf, kt, ktf = get(kkey, now, krr, ktr) end
+if not solo then kl, kr, krf, kt, ktf = xget(kkey, LK, now, krr, ktr) end
 
 local refused = -1
 if kr < 1 then
@@ -111,8 +115,8 @@ end
 if refused >= 0 then
   -- Refused: nothing debited, no slot taken; the entries are written back
   -- advanced to now, as admit_one does.
-  if not solo then put(kkey, kl, kr, krf, kt, ktf, krr, ktr) end
-  put(wkey, wl, wr, wrf, wt, wtf, wrr, wtr)
+  if not solo then xput(kkey, kl, kr, krf, kt, ktf, krr, ktr, now) end
+  xput(wkey, wl, wr, wrf, wt, wtf, wrr, wtr, now)
   return {0, refused, retry, never, kr, kt, wr, wt, 0}
 end
 
@@ -122,9 +126,9 @@ if solo then
 else
   kr, kt = kr - 1, kt - n
   wr, wt = wr - 1, wt - n
-  put(kkey, kl, kr, krf, kt, ktf, krr, ktr)
+  xput(kkey, kl, kr, krf, kt, ktf, krr, ktr, now)
 end
-put(wkey, wl, wr, wrf, wt, wtf, wrr, wtr)
+xput(wkey, wl, wr, wrf, wt, wtf, wrr, wtr, now)
 if srv > 0 then
   -- Each gauge lives as long as its latest slot: every slot expires at
   -- most a slot's life after its latest write, which is this one.
@@ -139,7 +143,7 @@ if srv > 0 then
     redis.call("PEXPIRE", KEYS[4], life + 1000)
   end
 end
-if KEYS[5] then
-  redis.call("SET", KEYS[5], struct.pack(XDEC, kr, kt, wr, wt, wait), "PX", ARGV[3])
+if XID then
+  redis.call("SET", XID, struct.pack(XDEC, kr, kt, wr, wt, wait), "PX", ARGV[3])
 end
 return {1, 0, 0, 0, kr, kt, wr, wt, wait}

@@ -3,8 +3,6 @@ package redisstore
 import (
 	"context"
 	_ "embed"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -21,8 +19,16 @@ var (
 	releaseLua string
 	//go:embed refresh.lua
 	refreshLua string
+	//go:embed xplain.lua
+	xPlainLua string
+	//go:embed xlease.lua
+	xLeaseLua string
+	//go:embed releaseonly.lua
+	releaseOnlyLua string
 
-	admitXScript          = redis.NewScript(arithLua + admitOneLua + admitXLua)
+	admitXScript          = redis.NewScript(arithLua + admitOneLua + xPlainLua + admitXLua)
+	admitXLeaseScript     = redis.NewScript(arithLua + entryLua + admitOneLua + leaseBucketLua + xLeaseLua + admitXLua)
+	releaseOnlyScript     = redis.NewScript(releaseOnlyLua)
 	reconcileGaugedScript = redis.NewScript(arithLua + entryLua + releaseLua + reconcileLua)
 	refreshScript         = redis.NewScript(refreshLua)
 )
@@ -175,7 +181,9 @@ func (s *Store) closeGauges() {
 }
 
 // admitX decides an admission with a bounded wait or a gauge (admitx.lua),
-// in one round trip, never batched nor leased.
+// in one round trip, never batched nor decided on a lease: with WithLeases
+// it goes to Redis, which counts the capacity out on lease as lease.lua
+// does.
 func (s *Store) admitX(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
 	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 	kg, wg := gaugeNames(k, w)
@@ -184,12 +192,17 @@ func (s *Store) admitX(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Dec
 		kc, wc = wc, 0
 	}
 	keys := []string{k, w, kg, wg}
+	script := admitXScript
+	if s.leases != nil {
+		keys = append(keys, k+":l", w+":l")
+		script = admitXLeaseScript
+	}
 	if r.ID != "" {
 		keys = append(keys, idKey(w, 'a', r.ID))
 	}
 	args := []any{s.nowArg(), admitArg(r), admitIDLife.Milliseconds(), max(0, r.MaxWait.Microseconds()),
 		kc, wc, s.gauges.ttl.Milliseconds(), r.ID}
-	v, err := s.run(ctx, admitXScript, keys, args, r.ID != "")
+	v, err := s.run(ctx, script, keys, args, r.ID != "")
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
 	}
@@ -213,21 +226,20 @@ func (s *Store) admitX(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Dec
 }
 
 // reconcileGauged is Reconcile for an admission that took slots: the same
-// call releases them (release.lua), at most once.
+// call releases them (release.lua), at most once. With leases, the
+// release is a call of its own, before the reconcile goes its leased way.
 func (s *Store) reconcileGauged(ctx context.Context, r llmrate.ReconcileRequest) error {
 	s.gauges.unhold(r.ID)
 	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 	kg, wg := gaugeNames(k, w)
+	if s.leases != nil {
+		if _, err := s.run(ctx, releaseOnlyScript, []string{kg, wg}, []any{r.ID}, true); err != nil {
+			return err
+		}
+		return s.reconcileLeased(ctx, r)
+	}
 	keys := []string{k, w, kg, wg, idKey(w, 'r', r.ID)}
 	args := append(reconcileArgs(s.nowArg(), r), r.ID)
 	_, err := s.run(ctx, reconcileGaugedScript, keys, args, true)
 	return err
 }
-
-// The Redis store does not yet combine gauges or reservations with
-// WithLeases: it says so (errors.Is(err, errors.ErrUnsupported)) rather
-// than decide them against a bucket whose leased capacity it cannot see.
-var (
-	errNoGauges       = fmt.Errorf("redisstore: concurrency limits (Limits.ConcurrentRequests) with WithLeases: %w", errors.ErrUnsupported)
-	errNoReservations = fmt.Errorf("redisstore: reservations (AdmitRequest.MaxWait) with WithLeases: %w", errors.ErrUnsupported)
-)

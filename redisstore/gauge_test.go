@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -225,18 +225,72 @@ func TestGaugeNeedsID(t *testing.T) {
 	assert.ErrorIs(t, err, llmrate.ErrNoAdmissionID)
 }
 
-// TestGaugeAndWaitWithLeases: with WithLeases, gauges and reservations are
-// refused as unsupported (the limiter then fails a gauged request open and
-// decides without MaxWait) rather than decided against buckets whose leased
-// capacity the admission script cannot see.
-func TestGaugeAndWaitWithLeases(t *testing.T) {
+// TestGaugeWithLeases: with WithLeases a gauged admission bypasses the
+// leases (goes to Redis), so two leased processes together never hold more
+// slots than the figure, even on a key busy enough to be leased.
+func TestGaugeWithLeases(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, client(t, srv.Addr), redisstore.WithLeases(0.1))
-	t.Cleanup(func() { assert.NoError(t, s.Close(context.Background())) })
-	_, err := s.Admit(context.Background(), gaugedReq(1, 0))
-	assert.True(t, errors.Is(err, errors.ErrUnsupported), "gauge with leases: %v", err)
-	r := gaugedReq(0, 0)
-	r.MaxWait = time.Second
-	_, err = s.Admit(context.Background(), r)
-	assert.True(t, errors.Is(err, errors.ErrUnsupported), "MaxWait with leases: %v", err)
+	c := client(t, srv.Addr)
+	stores := gaugeStores(t, c, 2, redisstore.WithLeases(0.25))
+	plain := gaugedReq(0, 0)
+	for i := range 4 { // make the key busy: leases are taken
+		d, err := stores[i%2].Admit(context.Background(), plain)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		plain.ID = llmrate.NewAdmissionID()
+	}
+	var held []llmrate.AdmitRequest
+	var decided []llmrate.Decision
+	for i := range 2 {
+		r := gaugedReq(2, 0)
+		d, err := stores[i%2].Admit(context.Background(), r)
+		require.NoError(t, err)
+		require.True(t, d.Allowed, "slot %d", i+1)
+		held, decided = append(held, r), append(decided, d)
+	}
+	for i := range 2 {
+		d, err := stores[i].Admit(context.Background(), gaugedReq(2, 0))
+		require.NoError(t, err)
+		assert.False(t, d.Allowed, "a third in flight, through store %d", i)
+		assert.Equal(t, llmrate.KeyConcurrent, d.Refused)
+	}
+	release(t, stores[0], held[0], decided[0])
+	release(t, stores[0], held[0], decided[0])
+	d, err := stores[1].Admit(context.Background(), gaugedReq(2, 0))
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "released")
+	d, err = stores[1].Admit(context.Background(), gaugedReq(2, 0))
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "released once")
+}
+
+// TestReservationWithLeases: a reservation bypasses the leases and is
+// decided against the Redis level as lease.lua keeps it: refilled only up
+// to the capacity less what another process holds on lease. 60 RPM, 6,000
+// TPM (12,000 tokens a bucket), share 0.25: process A's lease holds 3,000
+// tokens of each tokens bucket, so 2 s of refill (200 tokens) stop at
+// 9,000, and 9,100 tokens are 100 short: one second (a script blind to the
+// lease would refill to 9,198 and admit at once).
+func TestReservationWithLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	clock := llmratetest.NewClock()
+	stores := gaugeStores(t, c, 2, redisstore.WithLeases(0.25), redisstore.WithClock(clock.Now))
+	a, b := stores[0], stores[1]
+	lim := llmrate.Limits{RequestsPerMinute: 60, TokensPerMinute: 6000}
+	req := llmrate.AdmitRequest{Key: "k", Workspace: "ws", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1}
+	for range 3 {
+		req.ID, req.Now = llmrate.NewAdmissionID(), clock.Now()
+		d, err := a.Admit(context.Background(), req)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	require.Positive(t, a.Leased(), "A admits on a lease: 3,000 tokens of each tokens bucket are out")
+	clock.Advance(2 * time.Second)
+	req.ID, req.Now, req.Tokens, req.MaxWait = llmrate.NewAdmissionID(), clock.Now(), 9100, 5*time.Second
+	d, err := b.Admit(context.Background(), req)
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "a reservation")
+	assert.Equal(t, time.Second, d.Wait, "100 tokens short of 9,100 at 100/s")
+	assert.Equal(t, int64(-100), d.Remaining[llmrate.KeyTokens], "debited now, below zero")
 }

@@ -644,12 +644,7 @@ func int64s(v any, n int) ([]int64, error) {
 // lost and it has an ID: see llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
 	if g := gauged(r.KeyLimits, r.WorkspaceLimits); g || r.MaxWait > 0 {
-		switch {
-		case g && s.leases != nil:
-			return llmrate.Decision{}, errNoGauges
-		case s.leases != nil:
-			return llmrate.Decision{}, errNoReservations
-		case g && r.ID == "":
+		if g && r.ID == "" {
 			return llmrate.Decision{}, llmrate.ErrNoAdmissionID
 		}
 		if !s.up(ctx) {
