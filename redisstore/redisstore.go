@@ -64,6 +64,39 @@
 // refused again, for at most a lease's life). Leases are returned by a
 // goroutine that Close stops.
 //
+// # Gauges and reservations
+//
+// An admission under a concurrency gauge (llmrate.Limits
+// ConcurrentRequests) or with a bounded wait (llmrate.AdmitRequest
+// MaxWait) runs a script of its own (admitx.lua), still one round trip;
+// every other admission runs the script it ran before, at the same cost.
+// A reservation is debited at once (the levels may go below zero) and its
+// Decision.Wait is the exact time, rounded up to the microsecond, until
+// the request fits every bucket; past MaxWait the request is refused, its
+// RetryAfter counting the reservations ahead. Each gauge is a sorted set
+//
+//	<key entry>:c (a Solo request's one gauge: <workspace entry>:c)
+//	<workspace entry>:c
+//
+// of the admission IDs holding a slot, scored by their expiry on the Redis
+// server's clock (TIME, also under WithClock: a slot's life is real time).
+// The script drops expired members, then checks the count against the
+// figure after the four buckets, all or nothing: a request refused by any
+// bucket or gauge takes nothing. The reconcile carrying the admission's ID
+// removes it from both gauges in the same call (a resent one removes
+// nothing more). This process refreshes the slots it holds every
+// WithSlotTTL / 3 from a goroutine that Close stops; a slot whose holder
+// died or lost Redis expires WithSlotTTL after its last refresh. With
+// WithLeases such an admission bypasses the leases: it is decided in
+// Redis against the levels the lease script keeps (capacity out on lease
+// is not free), and its reconcile releases the slots in a call of its own.
+// Measured with redis-server 7.0 under cachegrind (one hot key, an ID on
+// every call, the difference between 2,000 and 4,000 operations): an
+// admission and its reconcile without either cost 285,278 instructions
+// against 285,727 before; with a key and a workspace gauge, 404,684
+// (+42%); an admission with MaxWait that fits now, 158,228 against 142,729
+// without.
+//
 // # Faults
 //
 // Every admission and reconcile the limiter sends has an identity
