@@ -229,7 +229,6 @@ func (s *Store) admitX(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Dec
 // call releases them (release.lua), at most once. With leases, the
 // release is a call of its own, before the reconcile goes its leased way.
 func (s *Store) reconcileGauged(ctx context.Context, r llmrate.ReconcileRequest) error {
-	s.gauges.unhold(r.ID)
 	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 	kg, wg := gaugeNames(k, w)
 	if s.leases != nil {

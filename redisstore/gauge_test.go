@@ -294,3 +294,23 @@ func TestReservationWithLeases(t *testing.T) {
 	assert.Equal(t, time.Second, d.Wait, "100 tokens short of 9,100 at 100/s")
 	assert.Equal(t, int64(-100), d.Remaining[llmrate.KeyTokens], "debited now, below zero")
 }
+
+// TestGaugeReleaseFailedStopsRefresh: a reconcile that cannot reach Redis
+// still stops this process refreshing its slots, so a release that never
+// lands frees the slot a slot life later rather than never.
+func TestGaugeReleaseFailedStopsRefresh(t *testing.T) {
+	srv := redistest.Start(t)
+	s := gaugeStores(t, client(t, srv.Addr), 1)[0]
+	r := gaugedReq(1, 1)
+	d, err := s.Admit(context.Background(), r)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Equal(t, 1, s.Held())
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: r.KeyLimits,
+		WorkspaceLimits: r.WorkspaceLimits, Estimate: r.Tokens, Actual: r.Tokens, ID: r.ID, Receipt: d.Receipt})
+	require.Error(t, err, "Redis is down")
+	assert.Zero(t, s.Held(), "the slot is no longer refreshed")
+}

@@ -733,12 +733,19 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 		}
 		return s.fallback.Reconcile(ctx, r)
 	}
+	release := r.ID != "" && (r.Receipt == receiptGauged || gauged(r.KeyLimits, r.WorkspaceLimits))
+	if release {
+		// This process stops refreshing the slots at the first attempt,
+		// applied or not: if no attempt lands, they expire a slot life
+		// later instead of being held as long as the process lives.
+		s.gauges.unhold(r.ID)
+	}
 	if !s.up(ctx) {
 		return errDown
 	}
 	var err error
 	switch {
-	case r.ID != "" && (r.Receipt == receiptGauged || gauged(r.KeyLimits, r.WorkspaceLimits)):
+	case release:
 		err = s.reconcileGauged(ctx, r)
 	case s.leases != nil:
 		err = s.reconcileLeased(ctx, r)
