@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -313,4 +315,93 @@ func TestGaugeReleaseFailedStopsRefresh(t *testing.T) {
 		WorkspaceLimits: r.WorkspaceLimits, Estimate: r.Tokens, Actual: r.Tokens, ID: r.ID, Receipt: d.Receipt})
 	require.Error(t, err, "Redis is down")
 	assert.Zero(t, s.Held(), "the slot is no longer refreshed")
+}
+
+// waitObserver records the waits the limiter reports (DecisionEvent.Wait).
+type waitObserver struct {
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (o *waitObserver) Decided(e llmrate.DecisionEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.waits = append(o.waits, e.Wait)
+}
+func (o *waitObserver) Reconciled(llmrate.ReconcileEvent) {}
+func (o *waitObserver) FailedOpen(llmrate.FailOpenEvent)  {}
+func (o *waitObserver) Evicted()                          {}
+
+func (o *waitObserver) last() time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.waits[len(o.waits)-1]
+}
+
+// TestLimiterGaugeAndWaitOverRedis: through the limiter on the Redis store,
+// a key with a gauge of 1 is refused a second request while its first is
+// in flight (429, "concurrent requests"), the slot is released once the
+// response has ended, and a request that fits within WithMaxWait is served
+// after its wait instead of refused; nothing fails open.
+func TestLimiterGaugeAndWaitOverRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	s := gaugeStores(t, client(t, srv.Addr), 1)[0]
+	// 6,000 TPM: a bucket of 12,000 tokens refilling 100 a second; every
+	// request is estimated (400 bytes / 4) and charged 100 tokens.
+	lim := llmrate.Limits{RequestsPerMinute: 100_000, TokensPerMinute: 6000, ConcurrentRequests: 1}
+	obs := &waitObserver{}
+	tiers := llmrate.DefaultTiers()
+	tiers.Free = lim
+	l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithTiers(tiers),
+		llmrate.WithStoreTimeout(time.Second), llmrate.WithMaxWait(2*time.Second), llmrate.WithObserver(obs))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Hold") != "" {
+			entered <- struct{}{}
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"usage":{"prompt_tokens":100,"completion_tokens":0}}`))
+	}))
+	send := func(hold bool) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.ContentLength = 400
+		r.Header.Set("Authorization", "Bearer sk-gauge")
+		if hold {
+			r.Header.Set("X-Hold", "1")
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		require.NoError(t, l.Flush(context.Background())) // the reconcile, which releases the slot
+		return w
+	}
+	done := make(chan int)
+	go func() { done <- send(true).Code }()
+	<-entered
+	w := send(false)
+	assert.Equal(t, http.StatusTooManyRequests, w.Code, "one in flight, figure 1")
+	assert.Contains(t, w.Body.String(), "concurrent requests")
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+	close(release)
+	assert.Equal(t, http.StatusOK, <-done)
+	require.NoError(t, l.Flush(context.Background()))
+	assert.Zero(t, s.Held(), "released once the response ended")
+
+	// Drain the tokens bucket one request at a time (the gauge of 1 holds:
+	// each ends before the next), until one is told to wait.
+	for i := 0; ; i++ {
+		require.Less(t, i, 400, "no request was ever told to wait")
+		start := time.Now()
+		w := send(false)
+		took := time.Since(start)
+		require.Equal(t, http.StatusOK, w.Code, "request %d: the bucket refills 100 tokens a second, well within 2 s", i)
+		if wait := obs.last(); wait > 0 {
+			assert.LessOrEqual(t, wait, time.Second, "100 tokens at most, at 100 a second")
+			assert.GreaterOrEqual(t, took, wait, "served after its wait")
+			break
+		}
+	}
+	assert.Zero(t, l.FailOpens(), "the store enforced the gauge and the wait: nothing failed open")
 }
