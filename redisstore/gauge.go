@@ -152,6 +152,11 @@ func (s *Store) refresh() {
 		groups[sl.w] = g
 	}
 	h.mu.Unlock()
+	if len(groups) == 0 || !s.up(h.ctx) {
+		// Nothing held, or the breaker is open (Redis is probed as it
+		// decides: a refresh may be the probe).
+		return
+	}
 	ttl := h.ttl.Milliseconds()
 	for _, g := range groups {
 		keys := make([]string, 0, len(g)/2)
