@@ -56,9 +56,9 @@ const DefaultMaxWaiters = 4096
 // In shadow mode the reservation is debited as enforcement would debit it,
 // but the request never waits. A store that makes no reservations
 // answers an admission with MaxWait set with an error wrapping
-// errors.ErrUnsupported (the Redis store does, for now): the limiter then
-// logs it once and decides every request as without WithMaxWait. 0, the default, turns reservations off; d
-// must be in [0, MaxMaxWait].
+// errors.ErrUnsupported: the limiter then logs it once and decides every
+// request as without WithMaxWait. 0, the default, turns reservations off;
+// d must be in [0, MaxMaxWait].
 func WithMaxWait(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d < 0 || d > MaxMaxWait {

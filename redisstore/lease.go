@@ -574,12 +574,15 @@ func (s *Store) returnLeases(ctx context.Context, idleSince time.Time) error {
 	return nil
 }
 
-// Close stops the lease returner, waits for the lease renewals in flight
-// and returns every lease to Redis. It is safe to call more than once and
-// without leases (then it does nothing). The store still answers after
-// Close, without leases. It does not close the Redis client, which the
+// Close stops the refresher of this process's concurrency slots (see
+// WithSlotTTL: slots still held then expire a slot life after their last
+// refresh, unless their reconciles release them first) and the lease
+// returner, waits for the lease renewals in flight and returns every lease
+// to Redis. It is safe to call more than once. The store still answers
+// after Close, without leases and without refreshing slots. It does not close the Redis client, which the
 // caller owns.
 func (s *Store) Close(ctx context.Context) error {
+	s.closeGauges()
 	lz := s.leases
 	if lz == nil {
 		return nil

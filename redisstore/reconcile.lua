@@ -1,12 +1,13 @@
--- KEYS as admit.lua, KEYS[3] (optional) being the reconcile's identity
--- record: a reconcile is applied only when its record is absent, and
--- writes it (for ARGV[11] ms), so a resent reconcile is applied once.
+-- KEYS as admit.lua, RID (KEYS[3] when present: rid.lua; release.lua
+-- names another) being the reconcile's identity record: a reconcile is
+-- applied only when its record is absent, and writes it (for ARGV[11] ms),
+-- so a resent reconcile is applied once.
 -- ARGV: now_us, estimate, key actual, ws actual (each already bounded at
 -- 2x its bucket's capacity), key rpm, key tpm, ws rpm, ws tpm, solo (as in
 -- admit.lua), refund ("1": credit one request and the estimate back,
 -- actuals ignored), the record's life in ms.
 -- Returns 1 when applied, 0 when already applied under its identity.
-if KEYS[3] and not redis.call("SET", KEYS[3], "1", "NX", "PX", ARGV[11]) then return 0 end
+if RID and not redis.call("SET", RID, "1", "NX", "PX", ARGV[11]) then return 0 end
 local now = now_us(ARGV[1])
 local est = tonumber(ARGV[2])
 local ka, wa = tonumber(ARGV[3]), tonumber(ARGV[4])

@@ -64,6 +64,39 @@
 // refused again, for at most a lease's life). Leases are returned by a
 // goroutine that Close stops.
 //
+// # Gauges and reservations
+//
+// An admission under a concurrency gauge (llmrate.Limits
+// ConcurrentRequests) or with a bounded wait (llmrate.AdmitRequest
+// MaxWait) runs a script of its own (admitx.lua), still one round trip;
+// every other admission runs the script it ran before, at the same cost.
+// A reservation is debited at once (the levels may go below zero) and its
+// Decision.Wait is the exact time, rounded up to the microsecond, until
+// the request fits every bucket; past MaxWait the request is refused, its
+// RetryAfter counting the reservations ahead. Each gauge is a sorted set
+//
+//	<key entry>:c (a Solo request's one gauge: <workspace entry>:c)
+//	<workspace entry>:c
+//
+// of the admission IDs holding a slot, scored by their expiry on the Redis
+// server's clock (TIME, also under WithClock: a slot's life is real time).
+// The script drops expired members, then checks the count against the
+// figure after the four buckets, all or nothing: a request refused by any
+// bucket or gauge takes nothing. The reconcile carrying the admission's ID
+// removes it from both gauges in the same call (a resent one removes
+// nothing more). This process refreshes the slots it holds every
+// WithSlotTTL / 3 from a goroutine that Close stops; a slot whose holder
+// died or lost Redis expires WithSlotTTL after its last refresh. With
+// WithLeases such an admission bypasses the leases: it is decided in
+// Redis against the levels the lease script keeps (capacity out on lease
+// is not free), and its reconcile releases the slots in a call of its own.
+// Measured with redis-server 7.0 under cachegrind (one hot key, an ID on
+// every call, the difference between 2,000 and 4,000 operations): an
+// admission and its reconcile without either cost 285,278 instructions
+// against 285,727 before; with a key and a workspace gauge, 404,684
+// (+42%); an admission with MaxWait that fits now, 158,228 against 142,729
+// without.
+//
 // # Faults
 //
 // Every admission and reconcile the limiter sends has an identity
@@ -137,7 +170,7 @@ var (
 	reconcileLua string
 
 	admitScript     = redis.NewScript(arithLua + admitOneLua + admitLua)
-	reconcileScript = redis.NewScript(arithLua + entryLua + reconcileLua)
+	reconcileScript = redis.NewScript(arithLua + entryLua + ridLua + reconcileLua)
 )
 
 // Defaults.
@@ -161,6 +194,7 @@ type Store struct {
 	fallback *llmrate.MemoryStore
 	batch    *batcher  // nil: one call per admission (batch size 1)
 	leases   *leaser   // nil: no leases
+	gauges   *holder   // the slots this process holds
 	macs     sync.Pool // of *mac
 
 	direct bool          // the client ends a call at its context's deadline
@@ -244,6 +278,8 @@ type config struct {
 	batchSet    bool
 	leases      float64
 	leasesSet   bool
+	slotTTL     time.Duration
+	slotTTLSet  bool
 	nilOptions  int
 	fallbackSet bool
 }
@@ -304,7 +340,7 @@ func WithFallbackLocal(opts ...llmrate.MemoryOption) Option {
 // reported together (errors.Join), each as a *llmrate.ConfigError whose
 // Option is qualified, e.g. "redisstore.WithHashKey".
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, retry: DefaultRetryInterval}
+	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, retry: DefaultRetryInterval, slotTTL: DefaultSlotTTL}
 	for _, o := range opts {
 		if o == nil {
 			c.nilOptions++
@@ -316,6 +352,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback}
+	s.gauges = newHolder(c.slotTTL)
 	s.direct = clientHonoursContext(client)
 	if !s.direct {
 		s.slots = make(chan struct{}, maxGuarded)
@@ -359,6 +396,9 @@ func (c *config) check(client redis.UniversalClient) error {
 	}
 	if c.timeout <= 0 {
 		fail("WithTimeout", "%v: must be positive", c.timeout)
+	}
+	if c.slotTTLSet && c.slotTTL <= 0 {
+		fail("WithSlotTTL", "%v: must be positive", c.slotTTL)
 	}
 	if c.retry < 0 {
 		fail("WithRetryInterval", "%v: must not be negative", c.retry)
@@ -642,11 +682,14 @@ func int64s(v any, n int) ([]int64, error) {
 // lost and it has an ID: it is sent again while WithTimeout allows; see
 // llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
-	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
-		return llmrate.Decision{}, errNoGauges
-	}
-	if r.MaxWait > 0 {
-		return llmrate.Decision{}, errNoReservations
+	if g := gauged(r.KeyLimits, r.WorkspaceLimits); g || r.MaxWait > 0 {
+		if g && r.ID == "" {
+			return llmrate.Decision{}, llmrate.ErrNoAdmissionID
+		}
+		if !s.up(ctx) {
+			return s.admitLocal(ctx, r, errDown)
+		}
+		return s.admitX(ctx, r)
 	}
 	if s.leases != nil {
 		// A lease is debited in Redis already: it decides without Redis,
@@ -667,16 +710,6 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	}
 	return decisionFrom(res), nil
 }
-
-// The Redis store does not enforce concurrency gauges or reservations yet:
-// it says so (errors.Is(err, errors.ErrUnsupported)) rather than admit
-// past a gauge or refuse what would have waited without a word. The
-// limiter fails a gauged request open (counted and logged) and decides a
-// request it would have let wait as without WithMaxWait.
-var (
-	errNoGauges       = fmt.Errorf("redisstore: concurrency limits (Limits.ConcurrentRequests): %w", errors.ErrUnsupported)
-	errNoReservations = fmt.Errorf("redisstore: reservations (AdmitRequest.MaxWait): %w", errors.ErrUnsupported)
-)
 
 // admitLocal decides r in the local fallback (its Decision.Receipt says
 // so, and its reconcile goes there too), or returns err without one.
@@ -709,13 +742,23 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 		}
 		return s.fallback.Reconcile(ctx, r)
 	}
+	release := r.ID != "" && (r.Receipt == receiptGauged || gauged(r.KeyLimits, r.WorkspaceLimits))
+	if release {
+		// This process stops refreshing the slots at the first attempt,
+		// applied or not: if no attempt lands, they expire a slot life
+		// later instead of being held as long as the process lives.
+		s.gauges.unhold(r.ID)
+	}
 	if !s.up(ctx) {
 		return errDown
 	}
 	var err error
-	if s.leases != nil {
+	switch {
+	case release:
+		err = s.reconcileGauged(ctx, r)
+	case s.leases != nil:
 		err = s.reconcileLeased(ctx, r)
-	} else {
+	default:
 		k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 		keys := []string{k, w}
 		if r.ID != "" {

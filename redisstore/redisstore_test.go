@@ -473,6 +473,8 @@ func TestOptionsValidated(t *testing.T) {
 		{redisstore.WithHashKey([]byte("fifteen-bytes!!")), "redisstore.WithHashKey"},
 		{redisstore.WithBatching(0), "redisstore.WithBatching"},
 		{redisstore.WithLeases(0.5), "redisstore.WithLeases"},
+		{redisstore.WithSlotTTL(0), "redisstore.WithSlotTTL"},
+		{redisstore.WithSlotTTL(-time.Second), "redisstore.WithSlotTTL"},
 		{redisstore.WithFallbackLocal(llmrate.WithMaxKeys(0)), "redisstore.WithFallbackLocal"},
 		{nil, "redisstore.Option"},
 	} {
