@@ -119,7 +119,8 @@
 // Three failed calls in a row open a breaker: Redis is then not called,
 // but for one probe at a time every WithRetryInterval (100 ms), and the
 // first success closes it; meanwhile admissions go to the fallback
-// (WithFallbackLocal), or fail. A deadline passing is a failure; a caller's
+// (WithFallbackLocal), or fail, but for those this process's lease covers
+// (WithLeases), which the lease still decides. A deadline passing is a failure; a caller's
 // cancellation is not, on any path.
 //
 // # Context
