@@ -21,8 +21,8 @@
 //
 // The tokens buckets are debited an estimate up front (Content-Length/4,
 // floor 1; see WithEstimator, EstimateFromBody and WithCalibration). After the response, the estimate is replaced
-// by the charge, read from the JSON, SSE or NDJSON body as it streams by
-// (see package usage): the provider's final reported input+output tokens
+// by the charge, read from the JSON, SSE, NDJSON or AWS event-stream body
+// as it streams by (see package usage): the provider's final reported input+output tokens
 // when the response completed; otherwise the reported input (else the
 // estimate) plus the larger of the reported output and the bytes of
 // generated text ÷ 4 (see ReconcileKind), or what WithTokenCost makes of

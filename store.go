@@ -118,7 +118,8 @@ type AdmitRequest struct {
 	Now time.Time
 	// ID is this admission's identity, unique per admission (the limiter
 	// sets it from NewAdmissionID for every store but the memory store,
-	// which loses no reply; direct callers should set it). A store that is
+	// which loses no reply, and for the memory store too under a gauge, to
+	// name the slots its reconcile releases; direct callers should set it). A store that is
 	// sent an ID it has already admitted answers with that first decision
 	// and debits nothing again, so a caller (or its client library) may
 	// resend an admission whose reply was lost; a refusal debited nothing,

@@ -49,8 +49,10 @@
 // concurrent callers each told a distinct wait. A store that lacks gauges
 // or reservations must say so: its Admit returns an error wrapping
 // errors.ErrUnsupported for a request that uses them (the limiter then
-// fails a gauged request open, counted and logged, and stops sending
-// MaxWait), and those subtests are skipped, saying why.
+// fails a gauged request open, counted and logged; a request without a
+// gauge that it sent with MaxWait is decided again without it, and
+// MaxWait is not sent from then on), and those subtests are skipped,
+// saying why.
 //
 // # What the store must do
 //

@@ -119,7 +119,8 @@
 // Three failed calls in a row open a breaker: Redis is then not called,
 // but for one probe at a time every WithRetryInterval (100 ms), and the
 // first success closes it; meanwhile admissions go to the fallback
-// (WithFallbackLocal), or fail. A deadline passing is a failure; a caller's
+// (WithFallbackLocal), or fail, but for those this process's lease covers
+// (WithLeases), which the lease still decides. A deadline passing is a failure; a caller's
 // cancellation is not, on any path.
 //
 // # Context
@@ -317,7 +318,7 @@ func WithTimeout(d time.Duration) Option {
 // WithRetryInterval sets how often the store probes Redis while its
 // breaker is open. Three failed calls in a row open the breaker: Redis is
 // then not called, admissions go to the local fallback (WithFallbackLocal)
-// or fail, so that an outage does not add the timeout to every request;
+// or fail (but for those a lease covers, with WithLeases), so that an outage does not add the timeout to every request;
 // but once per interval one call (a probe) goes to Redis, one at a time,
 // and the first that succeeds closes the breaker. Default:
 // DefaultRetryInterval (100 ms). d must not be negative.

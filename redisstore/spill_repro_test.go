@@ -67,10 +67,11 @@ func (l *errLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // nothing, so no call may fail (a failure sends the admission to the
 // fallback, which admits beyond exact). The benchmark's 2% loses a call
 // now and then (1–8 Redis errors in 500 drops); 20% here makes it
-// certain: a call fails once three tries in a row lost their replies,
-// long before its deadline (the store stops after maxResends = 2 resends,
-// redisstore.go run, whatever time is left; a resend on a new connection
-// also risks its handshake's replies, HELLO and CLIENT).
+// certain: before c9d2ac5 a call failed once three tries in a row lost
+// their replies, long before its deadline (the store stopped after 2
+// resends whatever time was left; a resend on a new connection also risks
+// its handshake's replies, HELLO and CLIENT); now it resends up to
+// maxResends (32) times while WithTimeout allows.
 func TestSpillDropsWithinTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, m := range modes[:2] { // plain, batched
@@ -136,8 +137,8 @@ func TestSpillDropsWithinTimeout(t *testing.T) {
 // 464 Redis errors, 2,914 fail-opens, plain): once three calls in a row
 // have failed, every admission until the next probe (the retry interval,
 // 100 ms, and the probe's own time) returns an error at once, and the
-// limiter fails it open, however few Redis errors there were. DESIGN §13's
-// goal is fail-opens ≤ 3 × store errors; here three errors are followed by
+// limiter fails it open, however few Redis errors there were. The goal
+// (RELIABILITY.md §7) is fail-opens ≤ 3 × store errors; here three errors are followed by
 // 30 admissions that all fail, at a request rate any busy gateway exceeds
 // (30 in well under 100 ms).
 func TestSpillBreakerFailOpensPerError(t *testing.T) {

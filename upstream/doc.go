@@ -29,7 +29,8 @@
 // prefix to its callers (401 invalid_api_key), so a Limiter and a Transport
 // may share one store. Each admission
 // has its own identity (llmrate.NewAdmissionID), which its reconcile carries
-// with the store's receipt. A key's Limits.ConcurrentRequests (0: none)
+// with the store's receipt (on the default memory store, which loses no
+// reply, only a key with ConcurrentRequests gets one, to name its slot). A key's Limits.ConcurrentRequests (0: none)
 // caps its requests in flight to the provider: the store's gauge holds a
 // slot from admission until the response body is read to its end or
 // closed, or the attempt fails; a key without a free slot is skipped like
@@ -56,8 +57,8 @@
 // unwrapped and writable, as httputil.ReverseProxy needs it. The reconcile is a
 // store call on the goroutine that reads the body's end or closes it: with
 // a shared store, one round trip there, bounded by WithStoreTimeout. It
-// carries its admission's identity and the store's receipt, so a store
-// applies it at most once.
+// carries its admission's identity (where it has one) and the store's
+// receipt, so a store applies it at most once.
 //
 // # Failover
 //

@@ -133,8 +133,10 @@ func WithObserver(o Observer) Option {
 
 // WithStoreTimeout bounds each store call (it is the deadline of the
 // call's context; the store must honour it, as redisstore does). Past it
-// the key is used unchecked (admission) or the estimate stands
-// (reconcile), counted and logged. Default: llmrate.DefaultStoreTimeout.
+// the key is used unchecked (admission), counted and logged, or the
+// reconcile is retried for ReconcileRetryFor, then dropped with its
+// estimate standing, counted and logged. Default:
+// llmrate.DefaultStoreTimeout.
 // d must be positive.
 func WithStoreTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {

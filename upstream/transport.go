@@ -26,7 +26,8 @@ type Key struct {
 	// [1, llmrate.MaxPerMinute]. ConcurrentRequests, when above 0, caps the
 	// key's requests in flight to the provider: a slot is held from
 	// admission until the response body is read to its end or closed (or
-	// the attempt fails), as the store's gauge (DESIGN §14) counts it.
+	// the attempt fails), as the store's gauge counts it
+	// (llmrate.Limits.ConcurrentRequests).
 	Limits llmrate.Limits
 	// Authorize sets the credential on an outgoing request (e.g. its
 	// Authorization or x-api-key header). It is given a clone of the
