@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmrate/llmrate/internal/apierr"
 )
 
 // Header names llmrate writes, in canonical form.
@@ -112,4 +114,4 @@ func (l *Limiter) setRateLimitHeaders(h http.Header, a *admission) {
 	}
 }
 
-func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+func ceilSeconds(d time.Duration) int64 { return apierr.CeilSeconds(d) }

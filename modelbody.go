@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/llmrate/llmrate/internal/jsonrun"
+	"github.com/llmrate/llmrate/internal/readahead"
 )
 
 // MaxModelBody bounds what ModelFromBody examines of a request body: at
@@ -123,7 +124,7 @@ func readAheadBody(r *http.Request) *replayBody {
 	if r.ContentLength > 0 && r.ContentLength < int64(want) {
 		size = int(r.ContentLength) + 1 // room to see the end without growing
 	}
-	buf, err := readAhead(r.Body, make([]byte, 0, min(size, 64<<10)), want)
+	buf, err := readahead.Read(r.Body, make([]byte, 0, min(size, 64<<10)), want)
 	rb := &replayBody{head: buf, ahead: buf, end: err, declaredLarge: declaredLarge, Closer: r.Body}
 	switch err {
 	case nil:
@@ -134,23 +135,6 @@ func readAheadBody(r *http.Request) *replayBody {
 	}
 	r.Body = rb
 	return rb
-}
-
-// readAhead reads from body into buf until want bytes, the end (err is
-// io.EOF) or a read error (err is that error). A nil err means want bytes
-// were read and the body may go on.
-func readAhead(body io.Reader, buf []byte, want int) ([]byte, error) {
-	for len(buf) < want {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := body.Read(buf[len(buf):min(cap(buf), want)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			return buf, err
-		}
-	}
-	return buf, nil
 }
 
 // replayBody is a request body whose first bytes were read ahead: it

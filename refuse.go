@@ -1,14 +1,14 @@
 package llmrate
 
 import (
-	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/llmrate/llmrate/internal/apierr"
 )
 
 // retryAfterSeconds turns a refusal into the Retry-After value: whole
@@ -22,21 +22,10 @@ func retryAfterSeconds(d Decision) int64 {
 	return min(max(s, 1), int64(MaxRetryAfter/time.Second))
 }
 
-type apiError struct {
-	Error apiErrorBody `json:"error"`
-}
-
-type apiErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    string  `json:"code"`
-}
-
 // writeError writes an OpenAI-shaped error. The message never quotes the
 // key or any other client input.
 func writeError(w http.ResponseWriter, r *http.Request, status int, typ, code, msg string) {
-	body, _ := json.Marshal(apiError{Error: apiErrorBody{Message: msg, Type: typ, Code: code}})
+	body := apierr.Body(typ, code, msg)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set(HeaderRequestID, requestID(r))
@@ -117,7 +106,7 @@ func requestID(r *http.Request) string {
 			return id
 		}
 	}
-	return fmt.Sprintf("req_%016x%016x", rand.Uint64(), rand.Uint64())
+	return apierr.NewRequestID()
 }
 
 // concurrencyMessage is the 429 message of a gauge's refusal.

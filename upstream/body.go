@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/llmrate/llmrate/internal/readahead"
 )
 
 // reqBody is a request's body as its attempts send it: buffered whole when
@@ -34,7 +36,7 @@ func (b *reqBody) prepare(req *http.Request) error {
 	if req.ContentLength >= 0 && req.ContentLength < int64(want) {
 		size = int(req.ContentLength) + 1
 	}
-	buf, err := readAhead(req.Body, make([]byte, 0, min(size, 64<<10)), want)
+	buf, err := readahead.Read(req.Body, make([]byte, 0, min(size, 64<<10)), want)
 	b.buf = buf
 	switch {
 	case err == io.EOF && len(buf) <= MaxReplayBody:
@@ -120,21 +122,4 @@ func (b *reqBody) closeOriginal() {
 type aheadBody struct {
 	io.Reader
 	io.Closer
-}
-
-// readAhead reads from body into buf until want bytes, the end (err is
-// io.EOF) or a read error. A nil err means want bytes were read and the
-// body may go on.
-func readAhead(body io.Reader, buf []byte, want int) ([]byte, error) {
-	for len(buf) < want {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := body.Read(buf[len(buf):min(cap(buf), want)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			return buf, err
-		}
-	}
-	return buf, nil
 }

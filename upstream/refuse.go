@@ -2,28 +2,17 @@ package upstream
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/llmrate/llmrate"
 	"go.uber.org/zap"
+
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/apierr"
 )
-
-type apiError struct {
-	Error apiErrorBody `json:"error"`
-}
-
-type apiErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    string  `json:"code"`
-}
 
 // refuse answers the 429 for a request no key can take: OpenAI's error
 // envelope (which the Anthropic SDK reads too), a fresh X-Request-Id,
@@ -34,15 +23,15 @@ func (r *round) refuse() *http.Response {
 	maxSecs := int64(llmrate.MaxRetryAfter / time.Second)
 	secs, msg := maxSecs, fmt.Sprintf("Request too large for every upstream key: its estimated %d tokens exceed each key's whole tokens-per-minute capacity. Retrying will not help: send a smaller request.", r.est)
 	if r.waitSet {
-		secs = min(max(ceilSeconds(r.wait), 1), maxSecs)
+		secs = min(max(apierr.CeilSeconds(r.wait), 1), maxSecs)
 		msg = fmt.Sprintf("Rate limit reached on every upstream key for this request. Please try again in %ds.", secs)
 	}
-	body, _ := json.Marshal(apiError{Error: apiErrorBody{Message: msg, Type: "rate_limit_error", Code: "rate_limit_exceeded"}})
+	body := apierr.Body("rate_limit_error", "rate_limit_exceeded", msg)
 	h := http.Header{
 		"Content-Type":          {"application/json"},
 		"Content-Length":        {strconv.Itoa(len(body))},
 		HeaderRetryAfter:        {strconv.FormatInt(secs, 10)},
-		llmrate.HeaderRequestID: {fmt.Sprintf("req_%016x%016x", rand.Uint64(), rand.Uint64())},
+		llmrate.HeaderRequestID: {apierr.NewRequestID()},
 	}
 	if !r.waitSet {
 		h.Set(HeaderShouldRetry, "false")
@@ -61,13 +50,4 @@ func (r *round) refuse() *http.Response {
 		ContentLength: int64(len(body)),
 		Request:       r.req,
 	}
-}
-
-// ceilSeconds returns d in whole seconds, rounded up.
-func ceilSeconds(d time.Duration) int64 {
-	s := int64(d / time.Second)
-	if d%time.Second > 0 {
-		s++
-	}
-	return s
 }
