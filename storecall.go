@@ -66,7 +66,34 @@ func newStoreCaller(s Store, timeout time.Duration, maxCalls int) *storeCaller {
 }
 
 func (c *storeCaller) admit(parent context.Context, req AdmitRequest) (Decision, error) {
+	if c.direct {
+		return c.admitDirect(parent, &req)
+	}
+	return c.admitGuarded(parent, req)
+}
+
+// admitGuarded is admit on a guarded goroutine; a function of its own, so
+// that the closure's capture of req costs only this path.
+func (c *storeCaller) admitGuarded(parent context.Context, req AdmitRequest) (Decision, error) {
 	return callStore(c, parent, func(ctx context.Context) (Decision, error) { return c.store.Admit(ctx, req) })
+}
+
+// admitDirect is callStore's direct path for an admission, written out:
+// without callStore's closure, which would move the request to the heap on
+// every admission.
+func (c *storeCaller) admitDirect(parent context.Context, req *AdmitRequest) (d Decision, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.timeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			d, err = Decision{}, &PanicError{Where: "store", Value: p}
+		}
+	}()
+	d, err = c.store.Admit(ctx, *req)
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w after %v: %w", ErrStoreTimeout, c.timeout, err)
+	}
+	return d, err
 }
 
 func (c *storeCaller) reconcile(parent context.Context, req ReconcileRequest) error {

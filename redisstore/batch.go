@@ -4,6 +4,8 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -259,11 +261,22 @@ func (s *Store) call(ctx context.Context, batch []*pending) ([]int64, error) {
 	var err error
 	if n == 1 {
 		p := batch[0]
-		keys := []string{p.k, p.w}
+		keys := []string{p.w} // admit.lua's: the workspace's entry, the key's unless solo, the record
+		if !p.r.Solo {
+			keys = append(keys, p.k)
+		}
 		if p.r.ID != "" {
 			keys = append(keys, idKey(p.w, 'a', p.r.ID))
 		}
 		v, err = s.run(ctx, admitScript, keys, []any{s.nowArg(), admitArg(p.r), life}, resend)
+		if err != nil {
+			return nil, err
+		}
+		res := make([]int64, 8)
+		if err := admitReply(v, res); err != nil {
+			return nil, s.failed(err)
+		}
+		return res, nil
 	} else {
 		keys := make([]string, 0, 3*n)
 		args := make([]any, 0, 2+n)
@@ -286,6 +299,27 @@ func (s *Store) call(ctx context.Context, batch []*pending) ([]int64, error) {
 		return nil, s.failed(err)
 	}
 	return res, nil
+}
+
+// admitReply converts admit.lua's reply (little-endian doubles: an
+// admission's four levels, or a refusal's bucket, wait, never and four
+// levels) into admit_one's eight results, in res.
+func admitReply(v any, res []int64) error {
+	b, ok := v.(string)
+	if !ok || (len(b) != 32 && len(b) != 56) {
+		return fmt.Errorf("redisstore: admission script returned %T of %d bytes, want 32 or 56", v, len(b))
+	}
+	clear(res)
+	at := 1 // a refusal: its seven values go to results 1 to 7
+	if len(b) == 32 {
+		res[0], at = 1, 4 // an admission: refused, retry and never are 0
+	}
+	for i := 0; i < len(b); i += 8 {
+		bits := uint64(b[i]) | uint64(b[i+1])<<8 | uint64(b[i+2])<<16 | uint64(b[i+3])<<24 |
+			uint64(b[i+4])<<32 | uint64(b[i+5])<<40 | uint64(b[i+6])<<48 | uint64(b[i+7])<<56
+		res[at+i/8] = int64(math.Float64frombits(bits))
+	}
+	return nil
 }
 
 func decisionFrom(res []int64) llmrate.Decision {

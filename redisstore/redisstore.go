@@ -170,7 +170,7 @@ var (
 	//go:embed reconcile.lua
 	reconcileLua string
 
-	admitScript     = redis.NewScript(arithLua + admitOneLua + admitLua)
+	admitScript     = redis.NewScript(admitLua)
 	reconcileScript = redis.NewScript(arithLua + entryLua + ridLua + reconcileLua)
 )
 
@@ -704,12 +704,63 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	if s.batch != nil {
 		return s.admitBatched(ctx, r)
 	}
-	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
-	res, err := s.call(ctx, []*pending{{r: r, k: k, w: w}})
+	keys, args := s.admitCall(&r)
+	v, err := s.run(ctx, admitScript, keys, args, r.ID != "")
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
 	}
-	return decisionFrom(res), nil
+	var res [8]int64
+	if err := admitReply(v, res[:]); err != nil {
+		return s.admitLocal(ctx, r, s.failed(err))
+	}
+	return decisionFrom(res[:]), nil
+}
+
+// admitIDLifeArg is admit.lua's ARGV[3], boxed once.
+var admitIDLifeArg any = admitIDLife.Milliseconds()
+
+// admitCall returns admit.lua's keys and arguments for r: its entries'
+// names (names: the workspace's, then the key's unless solo), its identity
+// record's (idKey) and its request (admitArg), built as one string, of
+// which each is a part.
+func (s *Store) admitCall(r *llmrate.AdmitRequest) (keys []string, args []any) {
+	m := s.macs.Get().(*mac)
+	defer s.macs.Put(m)
+	b := append(m.name[:0], s.prefix...)
+	b = append(b, ":{"...)
+	b = m.appendHash(b, 'w', r.Workspace)
+	b = append(b, "}:"...)
+	if r.Model != "" {
+		b = append(b, "m:"...)
+		b = m.appendHash(b, 'm', r.Model)
+		b = append(b, ':')
+	}
+	base := len(b)
+	b = append(b, 'w')
+	wEnd, idEnd := len(b), 0
+	if r.ID != "" {
+		b = append(append(b, ":a:"...), r.ID...)
+		idEnd = len(b)
+	}
+	kStart := len(b)
+	if !r.Solo { // solo: the key's entry is the workspace's, not named
+		b = append(b, b[:base]...)
+		b = append(b, "k:"...)
+		b = m.appendHash(b, 'k', r.Key)
+	}
+	argAt := len(b)
+	b = appendAdmitArg(b, r)
+	m.name = b
+	all := string(b)
+	keys = make([]string, 1, 3)
+	keys[0] = all[:wEnd]
+	if !r.Solo {
+		keys = append(keys, all[kStart:argAt])
+	}
+	if idEnd > 0 {
+		keys = append(keys, all[:idEnd])
+	}
+	return keys, []any{s.nowArg(), all[argAt:], admitIDLifeArg}
 }
 
 // admitLocal decides r in the local fallback (its Decision.Receipt says
@@ -824,16 +875,22 @@ func reconcileArgs(now string, r llmrate.ReconcileRequest) []any {
 // count past 2^53 (more than any bucket holds) rounds to the nearest double,
 // as a decimal argument parsed by Lua would.
 func admitArg(r llmrate.AdmitRequest) string {
+	var b [48]byte
+	return string(appendAdmitArg(b[:0], &r))
+}
+
+// appendAdmitArg appends r as admitone.lua's ADMIT: six little-endian
+// doubles (tokens, key rpm, key tpm, workspace rpm, workspace tpm, solo).
+func appendAdmitArg(b []byte, r *llmrate.AdmitRequest) []byte {
 	var solo int64
 	if r.Solo {
 		solo = 1
 	}
-	var b [48]byte
-	for i, v := range [6]int64{r.Tokens, r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
+	for _, v := range [6]int64{r.Tokens, r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
 		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, solo} {
-		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
 	}
-	return string(b[:])
+	return b
 }
 
 func soloArg(solo bool) string {
