@@ -154,7 +154,7 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 						b.Error(err)
 					}
 				}
-				runAdmissions(b, g, run)
+				runAdmissions(b, c, g, run)
 			})
 		}
 	}

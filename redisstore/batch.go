@@ -268,7 +268,7 @@ func (s *Store) call(ctx context.Context, batch []*pending) ([]int64, error) {
 		if p.r.ID != "" {
 			keys = append(keys, idKey(p.w, 'a', p.r.ID))
 		}
-		v, err = s.run(ctx, admitScript, keys, []any{s.nowArg(), admitArg(p.r), life}, resend)
+		v, err = s.run(ctx, admitScript, keys, []any{admitAloneArg(p.r, s.clock)}, resend)
 		if err != nil {
 			return nil, err
 		}

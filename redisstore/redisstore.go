@@ -716,13 +716,10 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	return decisionFrom(res[:]), nil
 }
 
-// admitIDLifeArg is admit.lua's ARGV[3], boxed once.
-var admitIDLifeArg any = admitIDLife.Milliseconds()
-
 // admitCall returns admit.lua's keys and arguments for r: its entries'
 // names (names: the workspace's, then the key's unless solo), its identity
-// record's (idKey) and its request (admitArg), built as one string, of
-// which each is a part.
+// record's (idKey) and its one argument (admitArg, then the time and the
+// record's life), built as one string, of which each is a part.
 func (s *Store) admitCall(r *llmrate.AdmitRequest) (keys []string, args []any) {
 	m := s.macs.Get().(*mac)
 	defer s.macs.Put(m)
@@ -749,7 +746,7 @@ func (s *Store) admitCall(r *llmrate.AdmitRequest) (keys []string, args []any) {
 		b = m.appendHash(b, 'k', r.Key)
 	}
 	argAt := len(b)
-	b = appendAdmitArg(b, r)
+	b = appendAloneArg(b, r, s.clock)
 	m.name = b
 	all := string(b)
 	keys = make([]string, 1, 3)
@@ -760,7 +757,7 @@ func (s *Store) admitCall(r *llmrate.AdmitRequest) (keys []string, args []any) {
 	if idEnd > 0 {
 		keys = append(keys, all[:idEnd])
 	}
-	return keys, []any{s.nowArg(), all[argAt:], admitIDLifeArg}
+	return keys, []any{all[argAt:]}
 }
 
 // admitLocal decides r in the local fallback (its Decision.Receipt says
@@ -877,6 +874,25 @@ func reconcileArgs(now string, r llmrate.ReconcileRequest) []any {
 func admitArg(r llmrate.AdmitRequest) string {
 	var b [48]byte
 	return string(appendAdmitArg(b[:0], &r))
+}
+
+// admitAloneArg is admit.lua's argument for r (appendAloneArg).
+func admitAloneArg(r llmrate.AdmitRequest, clock func() time.Time) string {
+	var b [64]byte
+	return string(appendAloneArg(b[:0], &r, clock))
+}
+
+// appendAloneArg appends admit.lua's argument for r: ADMIT (appendAdmitArg),
+// then the time in microseconds by clock (NaN when nil: the server's TIME)
+// and the identity record's life in ms, as little-endian doubles.
+func appendAloneArg(b []byte, r *llmrate.AdmitRequest, clock func() time.Time) []byte {
+	b = appendAdmitArg(b, r)
+	now := math.NaN()
+	if clock != nil {
+		now = float64(clock().UnixMicro())
+	}
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(now))
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(admitIDLife.Milliseconds())))
 }
 
 // appendAdmitArg appends r as admitone.lua's ADMIT: six little-endian
