@@ -1,0 +1,1 @@
+local v = redis.call("GET", KEYS[2]) return 1

@@ -1,0 +1,1 @@
+local t = redis.call("TIME") return 1

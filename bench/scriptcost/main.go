@@ -1,0 +1,86 @@
+// Command scriptcost calls one Lua script n times against a redis-server,
+// one call at a time, with the keys and arguments of a named layout, so
+// that the server's instructions per call can be counted under cachegrind
+// (measure.sh: the difference between runs of n and 2n calls). It measured
+// the admission script's cost, what its parts cost (empty, TIME, GET, SET)
+// and go-redis/redis_rate's script beside it (bench/redis-script-cost.txt).
+//
+//	go run ./scriptcost -addr 127.0.0.1:6399 -script FILE -layout LAYOUT -n 2000
+//
+// Layouts:
+//   - admit: admit.lua's (redisstore): a solo request for one hot
+//     workspace, an identity record per call, one binary argument (tokens
+//     100, 10^9 requests and 10^12 tokens a minute, the server's TIME).
+//   - admit-noid: the same without identity records.
+//   - admit-f09dfa6: admit.lua's before this round (commit f09dfa6): keys
+//     key entry, workspace entry, record; arguments now ("": TIME), the
+//     request, the record's life.
+//   - redis_rate: go-redis/redis_rate v10's allowN (one of 1,000 keys,
+//     burst 2,000, 1,000 a minute, cost 1).
+//   - micro: keys {w}e1 and a new record name per call, one 64-byte argument:
+//     for scripts that time one command each.
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"log"
+	"math"
+	"os"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:6379", "redis-server address")
+	file := flag.String("script", "", "Lua script file")
+	layout := flag.String("layout", "admit", "keys and arguments: admit, admit-noid, admit-f09dfa6, redis_rate, micro")
+	n := flag.Int("n", 2000, "calls")
+	flag.Parse()
+	src, err := os.ReadFile(*file)
+	if err != nil {
+		log.Fatal(err)
+	}
+	doubles := func(vs ...float64) []byte {
+		b := make([]byte, 0, 8*len(vs))
+		for _, v := range vs {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		}
+		return b
+	}
+	record := func(i int) string { return "{w}:a:" + strconv.Itoa(i) }
+	var keys func(i int) []string
+	var args []any
+	switch *layout {
+	case "admit":
+		keys = func(i int) []string { return []string{"{w}e", record(i)} }
+		args = []any{doubles(100, 1e9, 1e12, 1e9, 1e12, 1, math.NaN(), 5000)}
+	case "admit-noid":
+		keys = func(int) []string { return []string{"{w}e"} }
+		args = []any{doubles(100, 1e9, 1e12, 1e9, 1e12, 1, math.NaN(), 5000)}
+	case "admit-f09dfa6":
+		keys = func(i int) []string { return []string{"{w}e", "{w}e", record(i)} }
+		args = []any{"", doubles(100, 1e9, 1e12, 1e9, 1e12, 1), 5000}
+	case "redis_rate":
+		keys = func(i int) []string { return []string{"rr:" + strconv.Itoa(i%1000)} }
+		args = []any{2000, 1000, 60, 1}
+	case "micro":
+		keys = func(i int) []string { return []string{"{w}e1", record(i)} }
+		args = []any{doubles(100, 1e9, 1e12, 1e9, 1e12, 1, math.NaN(), 5000)}
+	default:
+		log.Fatalf("unknown layout %q", *layout)
+	}
+	c := redis.NewClient(&redis.Options{Addr: *addr})
+	defer c.Close()
+	s := redis.NewScript(string(src))
+	ctx := context.Background()
+	for i := range *n {
+		if err := s.Run(ctx, c, keys(i), args...).Err(); err != nil && err != redis.Nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println(*n, "calls")
+}
