@@ -37,6 +37,7 @@ func TestEntryTableMatchesMap(t *testing.T) {
 				if ref[tableHash(h)] == nil && len(ref) < 250 {
 					e := tab.insert(h)
 					e.last = int64(step)
+					e.unlock()
 					ref[tableHash(h)] = e
 				}
 			case r < 8:
@@ -70,13 +71,20 @@ func TestEntryTableMatchesMap(t *testing.T) {
 				if got := tab.get(u); got != want {
 					t.Fatalf("seed %d step %d: get(%#x) = %p, want %p", seed, step, u, got, want)
 				}
+				got := tab.lookup(u) // without the shard's lock: the same answer when no writer runs
+				if got != want {
+					t.Fatalf("seed %d step %d: lookup(%#x) = %p, want %p", seed, step, u, got, want)
+				}
+				if got != nil {
+					got.unlock()
+				}
 			}
 			seen := 0
 			tab.each(0, func(e *entry) bool { seen++; return true })
 			if seen != len(ref) {
 				t.Fatalf("seed %d step %d: each saw %d entries, want %d", seed, step, seen, len(ref))
 			}
-			if len(tab.slots) > 0 && tab.n*4 > len(tab.slots)*3 {
+			if tab.slotCount() > 0 && tab.n*4 > tab.slotCount()*3 {
 				t.Fatalf("seed %d step %d: index over 3/4 full", seed, step)
 			}
 		}
@@ -89,8 +97,9 @@ func TestEntryTableAddressesStable(t *testing.T) {
 	var tab entryTable
 	first := tab.insert(42)
 	first.last = 7
+	first.unlock()
 	for h := uint64(100); h < 100_000; h++ {
-		tab.insert(h * 0x9E3779B97F4A7C15)
+		tab.insert(h * 0x9E3779B97F4A7C15).unlock()
 	}
 	if got := tab.get(42); got != first || got.last != 7 {
 		t.Fatalf("entry moved or changed: %p %+v, want %p", got, got, first)
@@ -101,7 +110,7 @@ func TestEntryTableAddressesStable(t *testing.T) {
 		tab.delete(tab.get(h * 0x9E3779B97F4A7C15))
 	}
 	for h := uint64(1); h <= 1_000; h++ {
-		tab.insert(h << 40)
+		tab.insert(h << 40).unlock()
 	}
 	if len(tab.chunks) != chunks {
 		t.Fatalf("%d chunks after reuse, want %d", len(tab.chunks), chunks)
