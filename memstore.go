@@ -51,7 +51,9 @@ const (
 // back full). If a key flood fills the store to its bound (WithMaxKeys) with
 // entries that are not yet full, the least recently used of a small sample
 // of entries not in debt is dropped to make room: that key's next request
-// then finds a full bucket. Such lossy evictions are counted (Evictions) and
+// then finds a full bucket. Recency is counted in entries added to the
+// shard (one of 128): entries last used between the same two additions are
+// equally recent, and the first of them sampled goes. Such lossy evictions are counted (Evictions) and
 // reported to the observer of every limiter using the store
 // (NotifyEvictions).
 //
