@@ -82,8 +82,8 @@ type MemoryStore struct {
 // it and a clock that moves backwards refills nothing.
 //
 // lk is the entry's lock (bit 0) and its place in the LRU order (the other
-// bits: the shard's epoch at its latest use, see memShard.epoch); it takes
-// what was a 4-byte LRU sequence, so an entry stays 56 bytes. Every field
+// bits: the shard's epoch at its latest use, see shardState.epoch): one
+// 4-byte word for both keeps an entry at 56 bytes. Every field
 // but lk is read and written under the entry's lock; h is written under
 // the shard's lock too, so a writer holding the shard's lock may read any
 // entry's h without the entry's.
