@@ -53,9 +53,9 @@ const (
 // of entries not in debt is dropped to make room: that key's next request
 // then finds a full bucket. Recency is counted in entries added to the
 // shard (one of 128): entries last used between the same two additions are
-// equally recent, and the first of them sampled goes. Such lossy evictions are counted (Evictions) and
-// reported to the observer of every limiter using the store
-// (NotifyEvictions).
+// equally recent, and the first of them sampled goes. Such lossy evictions
+// are counted (Evictions) and reported to the observer of every limiter
+// using the store (NotifyEvictions).
 //
 // A debt is never forgotten: an entry in debt (a bucket below zero after its
 // latest admission or reconcile) is dropped only once time alone has
@@ -126,26 +126,33 @@ type memShard struct {
 	_ [64 - unsafe.Sizeof(shardState{})%64]byte // keep shards on separate cache lines
 }
 
-// The memory store's locks, and the order in which they are taken (a
-// goroutine waits for a lock only while holding none later in the order,
-// so no two can deadlock):
+// The memory store's locks, in the order in which they are taken:
 //
 //  1. a key shard's mu, then
-//  2. a workspace shard's mu (both held by writers: insert, delete, sweep,
-//     makeRoom, gauges and their held slots, Len);
+//  2. a workspace shard's mu (held by writers: insert, delete, sweep,
+//     makeRoom; and by gauges and their held slots, IDs' paths, Levels,
+//     Len);
 //  3. a key entry's lock, then
 //  4. a workspace entry's lock.
 //
 // A decision on known entries (admit and reconcile without gauges or IDs)
 // takes only 3 and 4: it finds its entries without the shards' locks
-// (entryTable.lookup). When one is missing it releases what it holds and
-// starts again from 1 (the locked path, which creates the entry). Holding
-// its shard's mu, a writer may hold several entries of that shard (a
-// sweep, makeRoom's candidates): no other goroutine holds or waits for two
-// entries of one table, and none holding an entry of class 4 waits at all,
-// so the order stays acyclic. An entry is deleted only under both its
-// shard's mu and its own lock, so a locked entry that still holds its hash
-// is that hash's entry.
+// (entryTable.lookup), holding at most one entry of each class at a time.
+// When one is missing it releases what it holds and starts again from 1
+// (the locked path, which creates the entry). Every entry field is read
+// and written under the entry's lock, whatever else is held.
+//
+// No deadlock: a goroutine waits for a lock only while holding none later
+// in the order, with one exception. A writer holding a shard's mu may wait
+// for an entry of that shard's table while holding others of it (makeRoom
+// keeps its two candidates locked while it visits more). Any other holder
+// of an entry of that table is then a decision (the rest need the mu),
+// which, holding it, waits only for an entry of a later class, whose
+// holder in turn waits only for one of a later class still, or for
+// nothing: so the writer's wait ends.
+//
+// An entry is deleted only under both its shard's mu and its own lock, so
+// a locked entry that still holds its hash is that hash's entry.
 type shardState struct {
 	mu sync.Mutex
 	t  entryTable
@@ -372,8 +379,8 @@ func shardIndex(h uint64) uint64 { return h >> 57 & (memShards - 1) }
 // lock locks the key shard, then the workspace shard, then the key's
 // entry, then the workspace's (the order shardState describes), and
 // returns both shards and entries locked, the entries created full if
-// absent and advanced to now. The caller releases the entries (release)
-// and the shards.
+// absent and advanced to now. The caller releases the entries
+// (releasePair) and then the shards.
 func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
 	pk, wh := s.hashes(key, workspace, model)
 	ks, wsh = s.shards(pk, wh)
