@@ -36,7 +36,9 @@ const (
 )
 
 // MemoryStore is the default Store: per-process buckets in a sharded map,
-// one mutex per shard. Admitting a known key allocates nothing.
+// a lock per entry. Deciding on a known key allocates nothing and takes no
+// shard-wide lock: decisions on different keys write no shared memory, so
+// they scale with cores (BENCHMARKS.md).
 //
 // It keeps no raw key: entries are indexed by a per-store seeded 64-bit hash
 // of the key and workspace (two distinct keys share buckets only on a hash
@@ -49,9 +51,11 @@ const (
 // back full). If a key flood fills the store to its bound (WithMaxKeys) with
 // entries that are not yet full, the least recently used of a small sample
 // of entries not in debt is dropped to make room: that key's next request
-// then finds a full bucket. Such lossy evictions are counted (Evictions) and
-// reported to the observer of every limiter using the store
-// (NotifyEvictions).
+// then finds a full bucket. Recency is counted in entries added to the
+// shard (one of 128): entries last used between the same two additions are
+// equally recent, and the first of them sampled goes. Such lossy evictions
+// are counted (Evictions) and reported to the observer of every limiter
+// using the store (NotifyEvictions).
 //
 // A debt is never forgotten: an entry in debt (a bucket below zero after its
 // latest admission or reconcile) is dropped only once time alone has
@@ -76,13 +80,20 @@ type MemoryStore struct {
 // entry holds the two buckets of one key (within its workspace) or of one
 // workspace. last is the latest clock reading seen: refill is computed from
 // it and a clock that moves backwards refills nothing.
+//
+// lk is the entry's lock (bit 0) and its place in the LRU order (the other
+// bits: the shard's epoch at its latest use, see shardState.epoch): one
+// 4-byte word for both keeps an entry at 56 bytes. Every field
+// but lk is read and written under the entry's lock; h is written under
+// the shard's lock too, so a writer holding the shard's lock may read any
+// entry's h without the entry's.
 type entry struct {
 	h    uint64 // the entry's hash in its table; 0 once deleted
 	last int64
 	req  bucket
 	tok  bucket
-	seq  uint32 // shard access sequence at the last touch: the LRU order
-	mark mark   // when time alone refills the entry; the solo flag
+	lk   atomic.Uint32
+	mark mark // when time alone refills the entry; the solo flag
 }
 
 // mark packs, in what would otherwise be padding (an entry stays 56 bytes),
@@ -115,11 +126,43 @@ type memShard struct {
 	_ [64 - unsafe.Sizeof(shardState{})%64]byte // keep shards on separate cache lines
 }
 
+// The memory store's locks, in the order in which they are taken:
+//
+//  1. a key shard's mu, then
+//  2. a workspace shard's mu (held by writers: insert, delete, sweep,
+//     makeRoom; and by gauges and their held slots, IDs' paths, Levels,
+//     Len);
+//  3. a key entry's lock, then
+//  4. a workspace entry's lock.
+//
+// A decision on known entries (admit and reconcile without gauges or IDs)
+// takes only 3 and 4: it finds its entries without the shards' locks
+// (entryTable.lookup), holding at most one entry of each class at a time.
+// When one is missing it releases what it holds and starts again from 1
+// (the locked path, which creates the entry). Every entry field is read
+// and written under the entry's lock, whatever else is held.
+//
+// No deadlock: a goroutine waits for a lock only while holding none later
+// in the order, with one exception. A writer holding a shard's mu may wait
+// for an entry of that shard's table while holding others of it (makeRoom
+// keeps its two candidates locked while it visits more). Any other holder
+// of an entry of that table is then a decision (the rest need the mu),
+// which, holding it, waits only for an entry of a later class, whose
+// holder in turn waits only for one of a later class still, or for
+// nothing: so the writer's wait ends.
+//
+// An entry is deleted only under both its shard's mu and its own lock, so
+// a locked entry that still holds its hash is that hash's entry.
 type shardState struct {
-	mu      sync.Mutex
-	t       entryTable
+	mu sync.Mutex
+	t  entryTable
+	// epoch counts the shard's insertions: the LRU order. A use records it
+	// in the entry (entry.lk); entries used between two insertions are
+	// equally recent. Written under mu, read without (a read-only line for
+	// decisions on known keys, where a counter per use would be written by
+	// every decision).
+	epoch   atomic.Uint32
 	sweepAt int
-	seq     uint32
 	// Gauges (Limits.ConcurrentRequests), apart from the entries: a gauge
 	// is never swept or evicted while a slot is held, and costs nothing to
 	// a store without gauges. inFlight counts the slots held per gauge, by
@@ -333,9 +376,11 @@ func (s *MemoryStore) shards(pk, wh uint64) (*memShard, *memShard) {
 // entry within the shard's table).
 func shardIndex(h uint64) uint64 { return h >> 57 & (memShards - 1) }
 
-// lock locks the key shard, then the workspace shard (always in that order,
-// so two admissions can never deadlock), and returns both entries, created
-// full if absent and advanced to now.
+// lock locks the key shard, then the workspace shard, then the key's
+// entry, then the workspace's (the order shardState describes), and
+// returns both shards and entries locked, the entries created full if
+// absent and advanced to now. The caller releases the entries
+// (releasePair) and then the shards.
 func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
 	pk, wh := s.hashes(key, workspace, model)
 	ks, wsh = s.shards(pk, wh)
@@ -347,6 +392,40 @@ func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int6
 	we.advance(now, wl)
 	we.mark.setSolo(false)
 	return ks, wsh, ke, we, ev
+}
+
+// pair returns the key's entry and the workspace's, both locked (and
+// nothing else), created full if absent and advanced to now: found without
+// the shards' locks when both are there, else by lock. The caller releases
+// the entries.
+func (s *MemoryStore) pair(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
+	pk, wh := s.hashes(key, workspace, model)
+	ks, wsh = s.shards(pk, wh)
+	if ke = ks.t.lookup(pk); ke != nil {
+		if we = wsh.t.lookup(wh); we != nil {
+			ke.advance(now, kl)
+			we.advance(now, wl)
+			we.mark.setSolo(false)
+			return ks, wsh, ke, we, ev
+		}
+		ke.unlock() // the locked path takes the shards' locks first
+	}
+	ks.mu.Lock()
+	wsh.mu.Lock()
+	ke = getEntry(ks, s.perShard, pk, kl, now, &ev)
+	we = getEntry(wsh, s.perShard, wh, wl, now, &ev)
+	wsh.mu.Unlock()
+	ks.mu.Unlock()
+	ke.advance(now, kl)
+	we.advance(now, wl)
+	we.mark.setSolo(false)
+	return ks, wsh, ke, we, ev
+}
+
+// releasePair releases the entries of pair or lock, as used now.
+func releasePair(ks, wsh *memShard, ke, we *entry) {
+	we.release(wsh.epoch.Load())
+	ke.release(ks.epoch.Load())
 }
 
 // evicted counts, for one store call, the lossy evictions and the entries
@@ -366,12 +445,29 @@ func (s *MemoryStore) noteEvictions(ev evicted) {
 }
 
 // solo returns the one entry of a Solo request (kept in the workspace map),
-// locked, created full if absent and advanced to now.
+// created full if absent and advanced to now, with its shard: both locked.
+// The caller releases the entry, then the shard.
 func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (sh *memShard, e *entry, ev evicted) {
 	wh := s.workspaceHash(workspace, model)
 	sh = &s.ws[shardIndex(wh)]
 	sh.mu.Lock()
 	e = getEntry(sh, s.perShard, wh, lim, now, &ev)
+	e.advance(now, lim)
+	e.mark.setSolo(true)
+	return sh, e, ev
+}
+
+// soloEntry is solo holding only the entry's lock: found without the
+// shard's lock when it is there, else by lock. The caller releases the
+// entry.
+func (s *MemoryStore) soloEntry(workspace, model string, lim Limits, now int64) (sh *memShard, e *entry, ev evicted) {
+	wh := s.workspaceHash(workspace, model)
+	sh = &s.ws[shardIndex(wh)]
+	if e = sh.t.lookup(wh); e == nil {
+		sh.mu.Lock()
+		e = getEntry(sh, s.perShard, wh, lim, now, &ev)
+		sh.mu.Unlock()
+	}
 	e.advance(now, lim)
 	e.mark.setSolo(true)
 	return sh, e, ev
@@ -410,19 +506,18 @@ func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
 func (s *MemoryStore) admit(r AdmitRequest) Decision {
 	now := r.Now.UnixNano()
 	if r.Solo {
-		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
+		sh, e, ev := s.soloEntry(r.Workspace, r.Model, r.WorkspaceLimits, now)
 		d := decideSolo(e, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
 		e.settle(r.WorkspaceLimits)
-		sh.mu.Unlock()
+		e.release(sh.epoch.Load())
 		s.noteEvictions(ev)
 		return d
 	}
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
 	ke.settle(r.KeyLimits)
 	we.settle(r.WorkspaceLimits)
-	wsh.mu.Unlock()
-	ks.mu.Unlock()
+	releasePair(ks, wsh, ke, we)
 	s.noteEvictions(ev)
 	return d
 }
@@ -437,6 +532,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 		wh := s.workspaceHash(r.Workspace, r.Model)
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
 		if _, dup := sh.held[r.ID]; dup {
+			e.release(sh.epoch.Load())
 			sh.mu.Unlock()
 			return Decision{}, errHeldID
 		}
@@ -447,6 +543,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 			sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
 		}
 		e.settle(r.WorkspaceLimits)
+		e.release(sh.epoch.Load())
 		sh.mu.Unlock()
 		s.noteEvictions(ev)
 		return d, nil
@@ -455,6 +552,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
 	if _, dup := ks.held[r.ID]; dup {
+		releasePair(ks, wsh, ke, we)
 		wsh.mu.Unlock()
 		ks.mu.Unlock()
 		s.noteEvictions(ev)
@@ -474,6 +572,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 	}
 	ke.settle(r.KeyLimits)
 	we.settle(r.WorkspaceLimits)
+	releasePair(ks, wsh, ke, we)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
@@ -494,10 +593,30 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 
 func (s *MemoryStore) reconcile(r ReconcileRequest) {
 	now := r.Now.UnixNano()
+	if r.ID == "" {
+		// No gauge slots to release: the entries' locks are enough.
+		if r.Solo {
+			sh, e, ev := s.soloEntry(r.Workspace, r.Model, r.WorkspaceLimits, now)
+			reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
+			e.settle(r.WorkspaceLimits)
+			e.release(sh.epoch.Load())
+			s.noteEvictions(ev)
+			return
+		}
+		ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+		reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
+		reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
+		ke.settle(r.KeyLimits)
+		we.settle(r.WorkspaceLimits)
+		releasePair(ks, wsh, ke, we)
+		s.noteEvictions(ev)
+		return
+	}
 	if r.Solo {
 		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
 		reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
 		e.settle(r.WorkspaceLimits)
+		e.release(sh.epoch.Load())
 		if hs, ok := sh.unhold(r.ID); ok {
 			sh.give(hs.key)
 		}
@@ -510,6 +629,7 @@ func (s *MemoryStore) reconcile(r ReconcileRequest) {
 	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
 	ke.settle(r.KeyLimits)
 	we.settle(r.WorkspaceLimits)
+	releasePair(ks, wsh, ke, we)
 	if hs, ok := ks.unhold(r.ID); ok {
 		if hs.haveKey {
 			ks.give(hs.key)
@@ -713,23 +833,27 @@ func (e *entry) fill(now int64, lim Limits) {
 	e.mark.setFullIn(0)
 }
 
-// getEntry returns the entry for k, creating it full if absent. Creating may
-// first drop entries that time alone has refilled (lossless), and, at the
-// bound, the least recently used of a sample of entries not in debt (lossy,
-// added to ev.lossy). When the sample holds only debts, the entry is added
-// beyond the bound (ev.over) unless the table is at its hard limit.
+// getEntry returns the entry for k, locked, creating it full if absent. The
+// caller holds sh.mu (and may hold a key entry, when sh is a workspace
+// shard). Creating may first drop entries that time alone has refilled
+// (lossless), and, at the bound, the least recently used of a sample of
+// entries not in debt (lossy, added to ev.lossy). When the sample holds
+// only debts, the entry is added beyond the bound (ev.over) unless the
+// table is at its hard limit.
 func getEntry(sh *memShard, bound int, k uint64, lim Limits, now int64, ev *evicted) *entry {
-	sh.seq++
 	if e := sh.t.get(k); e != nil {
-		e.seq = sh.seq
+		e.lock()
 		return e
 	}
+	sh.epoch.Add(1)
 	if sh.t.n >= sh.sweepAt {
 		// Amortised: drop every entry that time alone has refilled.
 		sh.t.each(0, func(old *entry) bool {
+			old.lock()
 			if old.idleFull(now) {
 				sh.t.delete(old)
 			}
+			old.unlock()
 			return true
 		})
 		sh.sweepAt = max(minSweep, 2*sh.t.n)
@@ -739,40 +863,65 @@ func getEntry(sh *memShard, bound int, k uint64, lim Limits, now int64, ev *evic
 	}
 	e := sh.t.insert(k)
 	e.fill(now, lim)
-	e.seq = sh.seq
 	return e
 }
 
-// makeRoom makes room for one entry in a shard at its bound. Visiting
-// entries from a random place, it drops those already full (lossless) until
-// the shard is below its bound, else the least recently used of up to
-// evictSample entries not in debt (lossy). Entries in debt are passed over:
-// when only debts were found, the shard goes beyond its bound (ev.over)
-// rather than forget one, unless the table is at its hard limit
-// (maxTableEntries), where the least recently used entry visited goes
-// whatever it owes.
+// makeRoom makes room for one entry in a shard at its bound; the caller
+// holds sh.mu. Visiting entries from a random place, it drops those
+// already full (lossless) until the shard is below its bound, else the
+// least recently used of up to evictSample entries not in debt (lossy).
+// Entries in debt are passed over: when only debts were found, the shard
+// goes beyond its bound (ev.over) rather than forget one, unless the table
+// is at its hard limit (maxTableEntries), where the least recently used
+// entry visited goes whatever it owes.
+//
+// Recency is the shard's epoch at an entry's latest use (entry.used): the
+// age is how many insertions into the shard came since. Ties go to the
+// entry visited first. The two entries chosen so far stay locked, so
+// that what made them candidates still holds when one is dropped.
 func makeRoom(sh *memShard, bound int, now int64, ev *evicted) {
 	var victim, anyVictim *entry
 	var oldest, anyOldest uint32
+	cur := sh.epoch.Load()
 	visited, candidates := 0, 0
+	// drop unlocks e unless it is still a candidate.
+	drop := func(e *entry) {
+		if e != nil && e != victim && e != anyVictim {
+			e.unlock()
+		}
+	}
 	sh.t.each(rand.Uint32(), func(old *entry) bool {
 		visited++
-		switch age := sh.seq - old.seq; {
+		old.lock()
+		switch age := (cur - old.used()) & epochMask; {
 		case old.idleFull(now):
 			sh.t.delete(old)
+			old.unlock()
 			if sh.t.n < bound {
 				return false
 			}
 		case old.inDebt():
 			if anyVictim == nil || age > anyOldest {
+				prev := anyVictim
 				anyVictim, anyOldest = old, age
+				drop(prev)
+			} else {
+				old.unlock()
 			}
 		default:
+			kept := false
 			if victim == nil || age > oldest {
-				victim, oldest = old, age
+				prev := victim
+				victim, oldest, kept = old, age, true
+				drop(prev)
 			}
 			if anyVictim == nil || age > anyOldest {
-				anyVictim, anyOldest = old, age
+				prev := anyVictim
+				anyVictim, anyOldest, kept = old, age, true
+				drop(prev)
+			}
+			if !kept {
+				old.unlock()
 			}
 			candidates++
 		}
@@ -788,6 +937,12 @@ func makeRoom(sh *memShard, bound int, now int64, ev *evicted) {
 	default:
 		sh.t.delete(anyVictim)
 		ev.lossy++
+	}
+	if victim != nil {
+		victim.unlock()
+	}
+	if anyVictim != nil && anyVictim != victim {
+		anyVictim.unlock()
 	}
 }
 
@@ -823,19 +978,29 @@ func (s *MemoryStore) exactLevels(key, workspace, model string, kl, wl Limits, n
 	wsh.mu.Lock()
 	we := peek(wsh.t.get(wh), n, wl)
 	wsh.mu.Unlock()
-	if kp == nil && key == workspace && we.mark.solo() { // we is a copy, read under the lock
+	if kp == nil && key == workspace && we.solo { // read under the entry's lock
 		ke = we // a Solo key's buckets are kept once, as its workspace's
 	}
 	return [4]bucket{ke.req, ke.tok, we.req, we.tok}
 }
 
-func peek(e *entry, now int64, lim Limits) entry {
+// entryView is a copy of an entry's buckets and solo flag.
+type entryView struct {
+	req, tok bucket
+	solo     bool
+}
+
+// peek returns e's buckets advanced to now under lim, changing nothing
+// (full at lim when e is nil). The caller holds e's shard's lock.
+func peek(e *entry, now int64, lim Limits) entryView {
 	var c entry
 	if e == nil {
 		c.fill(now, lim)
-		return c
+	} else {
+		e.lock()
+		c.last, c.req, c.tok, c.mark = e.last, e.req, e.tok, e.mark
+		e.unlock()
+		c.advance(now, lim)
 	}
-	c = *e
-	c.advance(now, lim)
-	return c
+	return entryView{req: c.req, tok: c.tok, solo: c.mark.solo()}
 }

@@ -1,22 +1,46 @@
 package llmrate
 
+import (
+	"runtime"
+	"sync/atomic"
+)
+
 // entryTable maps a 64-bit hash to an entry, compactly: an open-addressing
 // index of 4-byte slots (linear probing, at most 3/4 full) over entries kept
 // in fixed-size chunks, so an entry costs its own 56 bytes plus 5 to 11
 // bytes of index, where a Go map of pointers costs 24 to 38 more. Entries
-// never move (their addresses stay valid while the shard is locked); a
-// deleted entry's place is reused.
+// never move and chunks are never freed; a deleted entry's place is reused.
 //
 // A slot is 0 (empty) or tag<<24 | (index+1): the low 24 bits locate the
 // entry, the top 8 hold hash bits that rule out most mismatches without
 // touching the entry. A table holds at most maxTableEntries entries.
+//
+// Writers (insert, delete, each) hold the shard's lock. Readers may also
+// look up without it (lookup): the index is an array of atomic slots behind
+// an atomic pointer (grow publishes a new array; the old one stays as it
+// was), and the chunks are published through an atomic directory before
+// any slot points into them. Such a lookup can miss an entry that a
+// concurrent delete's backward shift or a grow is moving, or find a slot
+// whose entry was deleted or reused since: it locks the entry and checks
+// its hash, and a caller that misses takes the shard's lock and looks
+// again (get).
 type entryTable struct {
-	slots  []uint32
-	chunks [][]entry
-	free   []uint32 // indexes of deleted entries, for reuse
-	n      int      // live entries
-	top    uint32   // indexes handed out so far
+	idx    atomic.Pointer[slotIndex]
+	dir    atomic.Pointer[[]*entryChunk] // chunks, for lock-free readers
+	chunks []*entryChunk                 // the same, for writers
+	free   []uint32                      // indexes of deleted entries, for reuse
+	n      int                           // live entries
+	top    uint32                        // indexes handed out so far
 }
+
+// slotIndex is one generation of a table's index: written only until grow
+// replaces it.
+type slotIndex struct {
+	mask  uint64
+	slots []atomic.Uint32
+}
+
+type entryChunk [chunkSize]entry
 
 const (
 	chunkBits       = 6
@@ -38,20 +62,30 @@ func tableHash(h uint64) uint64 {
 
 func slotTag(h uint64) uint32 { return uint32(h>>48) & 0xFF << slotIndexBits }
 
+// at returns the entry at idx, for a writer.
 func (t *entryTable) at(idx uint32) *entry {
 	return &t.chunks[idx>>chunkBits][idx&(chunkSize-1)]
 }
 
-// get returns the entry for h, or nil.
+// slotCount returns the index's size.
+func (t *entryTable) slotCount() int {
+	if p := t.idx.Load(); p != nil {
+		return len(p.slots)
+	}
+	return 0
+}
+
+// get returns the entry for h, or nil. The caller holds the shard's lock;
+// the entry is not locked.
 func (t *entryTable) get(h uint64) *entry {
-	if t.n == 0 {
+	p := t.idx.Load()
+	if t.n == 0 || p == nil {
 		return nil
 	}
 	h = tableHash(h)
-	mask := uint64(len(t.slots) - 1)
 	tag := slotTag(h)
-	for i := h & mask; ; i = (i + 1) & mask {
-		s := t.slots[i]
+	for i := h & p.mask; ; i = (i + 1) & p.mask {
+		s := p.slots[i].Load()
 		if s == 0 {
 			return nil
 		}
@@ -63,11 +97,49 @@ func (t *entryTable) get(h uint64) *entry {
 	}
 }
 
-// insert adds a zero entry for h, which must be absent, and returns it. The
-// caller keeps the table under maxTableEntries.
+// lookup returns the entry for h locked, or nil, without the shard's lock.
+// nil does not prove h absent: the caller then takes the shard's lock and
+// calls get. A returned entry holds h (checked under its lock), so it
+// stays h's until unlocked: deleting an entry takes its lock.
+func (t *entryTable) lookup(h uint64) *entry {
+	p := t.idx.Load()
+	if p == nil {
+		return nil
+	}
+	h = tableHash(h)
+	tag := slotTag(h)
+	// A probe never needs more than the whole index; a bound keeps a probe
+	// racing writers finite whatever it sees.
+	for i, k := h&p.mask, uint64(0); k <= p.mask; i, k = (i+1)&p.mask, k+1 {
+		s := p.slots[i].Load()
+		if s == 0 {
+			return nil
+		}
+		if s&^slotIndexMask != tag {
+			continue
+		}
+		idx := s&slotIndexMask - 1
+		d := t.dir.Load() // loaded after the slot: holds its chunk
+		if d == nil || int(idx>>chunkBits) >= len(*d) {
+			return nil
+		}
+		e := &(*d)[idx>>chunkBits][idx&(chunkSize-1)]
+		e.lock()
+		if e.h == h {
+			return e
+		}
+		e.unlock() // another hash's entry, or one deleted or reused since
+	}
+	return nil
+}
+
+// insert adds an entry for h, which must be absent, and returns it locked,
+// its fields zero: the caller fills it before unlocking, so that no
+// lock-free lookup sees it unfilled. The caller keeps the table under
+// maxTableEntries.
 func (t *entryTable) insert(h uint64) *entry {
 	h = tableHash(h)
-	if (t.n+1)*4 > len(t.slots)*3 {
+	if (t.n+1)*4 > t.slotCount()*3 {
 		t.grow()
 	}
 	var idx uint32
@@ -77,66 +149,88 @@ func (t *entryTable) insert(h uint64) *entry {
 		idx = t.top
 		t.top++
 		if int(idx>>chunkBits) == len(t.chunks) {
-			t.chunks = append(t.chunks, make([]entry, chunkSize))
+			// append never writes below the old length, where readers of
+			// an older directory read.
+			t.chunks = append(t.chunks, new(entryChunk))
+			d := t.chunks
+			t.dir.Store(&d)
 		}
 	}
 	e := t.at(idx)
-	*e = entry{h: h}
-	t.place(h, slotTag(h)|(idx+1))
+	// A lookup that found this place before its entry was deleted may hold
+	// its lock for a moment, to see that the hash is not its own.
+	e.lock()
+	e.h, e.last, e.req, e.tok, e.mark = h, 0, bucket{}, bucket{}, 0
+	place(t.idx.Load(), h, slotTag(h)|(idx+1))
 	t.n++
 	return e
 }
 
-// place puts slot s in the first empty slot from h's home.
-func (t *entryTable) place(h uint64, s uint32) {
-	mask := uint64(len(t.slots) - 1)
-	i := h & mask
-	for t.slots[i] != 0 {
-		i = (i + 1) & mask
+// place puts slot s in the first empty slot of p from h's home.
+func place(p *slotIndex, h uint64, s uint32) {
+	i := h & p.mask
+	for p.slots[i].Load() != 0 {
+		i = (i + 1) & p.mask
 	}
-	t.slots[i] = s
+	p.slots[i].Store(s)
 }
 
+// grow publishes an index twice the size (readers of the old one keep a
+// consistent, if stale, view).
 func (t *entryTable) grow() {
-	old := t.slots
-	t.slots = make([]uint32, max(minTableSlots, 2*len(old)))
-	for _, s := range old {
-		if s != 0 {
-			t.place(t.at(s&slotIndexMask-1).h, s)
+	old := t.idx.Load()
+	n := minTableSlots
+	if old != nil {
+		n = 2 * len(old.slots)
+	}
+	p := &slotIndex{mask: uint64(n - 1), slots: make([]atomic.Uint32, n)}
+	if old != nil {
+		for i := range old.slots {
+			if s := old.slots[i].Load(); s != 0 {
+				place(p, t.at(s&slotIndexMask-1).h, s)
+			}
 		}
 	}
+	t.idx.Store(p)
 }
 
-// delete removes e, which must be in the table. Later slots of its probe
-// run shift back (no tombstones), so lookups stay short.
+// delete removes e, which must be in the table and locked by the caller.
+// Later slots of its probe run shift back (no tombstones), so lookups stay
+// short.
 func (t *entryTable) delete(e *entry) {
 	h := e.h
-	mask := uint64(len(t.slots) - 1)
+	p := t.idx.Load()
+	mask := p.mask
 	i := h & mask
 	for {
-		s := t.slots[i]
+		s := p.slots[i].Load()
 		if s != 0 && t.at(s&slotIndexMask-1) == e {
 			break
 		}
 		i = (i + 1) & mask
 	}
-	t.free = append(t.free, t.slots[i]&slotIndexMask-1)
+	t.free = append(t.free, p.slots[i].Load()&slotIndexMask-1)
 	e.h = 0
 	t.n--
 	// Backward shift: move each later slot of the run into the hole unless
 	// its home lies cyclically within (hole, slot].
-	for j := (i + 1) & mask; t.slots[j] != 0; j = (j + 1) & mask {
-		home := t.at(t.slots[j]&slotIndexMask-1).h & mask
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		s := p.slots[j].Load()
+		if s == 0 {
+			break
+		}
+		home := t.at(s&slotIndexMask-1).h & mask
 		if (j-home)&mask >= (j-i)&mask {
-			t.slots[i] = t.slots[j]
+			p.slots[i].Store(s)
 			i = j
 		}
 	}
-	t.slots[i] = 0
+	p.slots[i].Store(0)
 }
 
 // each calls f for every live entry, in index order from start (wrapping),
-// until f returns false. f may delete the entry it is given.
+// until f returns false. f may delete the entry it is given. The caller
+// holds the shard's lock; the entries are not locked.
 func (t *entryTable) each(start uint32, f func(e *entry) bool) {
 	if t.top == 0 {
 		return
@@ -152,3 +246,38 @@ func (t *entryTable) each(start uint32, f func(e *entry) bool) {
 		}
 	}
 }
+
+// An entry's lock and its place in its shard's LRU order share one word,
+// entry.lk: bit 0 is the lock, the other 31 bits the shard's insertion
+// epoch at the entry's latest use (memShard.epoch).
+const epochMask = 1<<31 - 1
+
+// lock takes e's lock: a spin lock, held for one decision at most, that
+// yields the processor while it waits.
+func (e *entry) lock() {
+	if v := e.lk.Load(); v&1 == 0 && e.lk.CompareAndSwap(v, v|1) {
+		return
+	}
+	e.lockSlow()
+}
+
+func (e *entry) lockSlow() {
+	for i := 0; ; i++ {
+		if v := e.lk.Load(); v&1 == 0 && e.lk.CompareAndSwap(v, v|1) {
+			return
+		}
+		if i >= 8 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// unlock releases e's lock, leaving its LRU place as it was.
+func (e *entry) unlock() { e.lk.Store(e.lk.Load() &^ 1) }
+
+// release releases e's lock after a use at the shard's epoch: the entry
+// becomes as recent as any in its shard.
+func (e *entry) release(epoch uint32) { e.lk.Store(epoch << 1) }
+
+// used returns the epoch of e's latest use; the caller holds e's lock.
+func (e *entry) used() uint32 { return e.lk.Load() >> 1 }

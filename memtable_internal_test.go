@@ -2,6 +2,9 @@ package llmrate
 
 import (
 	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 )
@@ -37,6 +40,7 @@ func TestEntryTableMatchesMap(t *testing.T) {
 				if ref[tableHash(h)] == nil && len(ref) < 250 {
 					e := tab.insert(h)
 					e.last = int64(step)
+					e.unlock()
 					ref[tableHash(h)] = e
 				}
 			case r < 8:
@@ -70,13 +74,20 @@ func TestEntryTableMatchesMap(t *testing.T) {
 				if got := tab.get(u); got != want {
 					t.Fatalf("seed %d step %d: get(%#x) = %p, want %p", seed, step, u, got, want)
 				}
+				got := tab.lookup(u) // without the shard's lock: the same answer when no writer runs
+				if got != want {
+					t.Fatalf("seed %d step %d: lookup(%#x) = %p, want %p", seed, step, u, got, want)
+				}
+				if got != nil {
+					got.unlock()
+				}
 			}
 			seen := 0
 			tab.each(0, func(e *entry) bool { seen++; return true })
 			if seen != len(ref) {
 				t.Fatalf("seed %d step %d: each saw %d entries, want %d", seed, step, seen, len(ref))
 			}
-			if len(tab.slots) > 0 && tab.n*4 > len(tab.slots)*3 {
+			if tab.slotCount() > 0 && tab.n*4 > tab.slotCount()*3 {
 				t.Fatalf("seed %d step %d: index over 3/4 full", seed, step)
 			}
 		}
@@ -89,8 +100,9 @@ func TestEntryTableAddressesStable(t *testing.T) {
 	var tab entryTable
 	first := tab.insert(42)
 	first.last = 7
+	first.unlock()
 	for h := uint64(100); h < 100_000; h++ {
-		tab.insert(h * 0x9E3779B97F4A7C15)
+		tab.insert(h * 0x9E3779B97F4A7C15).unlock()
 	}
 	if got := tab.get(42); got != first || got.last != 7 {
 		t.Fatalf("entry moved or changed: %p %+v, want %p", got, got, first)
@@ -101,7 +113,7 @@ func TestEntryTableAddressesStable(t *testing.T) {
 		tab.delete(tab.get(h * 0x9E3779B97F4A7C15))
 	}
 	for h := uint64(1); h <= 1_000; h++ {
-		tab.insert(h << 40)
+		tab.insert(h << 40).unlock()
 	}
 	if len(tab.chunks) != chunks {
 		t.Fatalf("%d chunks after reuse, want %d", len(tab.chunks), chunks)
@@ -121,4 +133,96 @@ func TestEntrySize(t *testing.T) {
 	if n := unsafe.Sizeof(entry{}); n != 56 {
 		t.Fatalf("entry is %d bytes, want 56", n)
 	}
+}
+
+// TestEntryTableLookupRacesWriters: lock-free lookups of crowded hashes
+// (shared home slots, shared tags) while a writer inserts, deletes (each
+// delete shifting its probe run back) and grows the table under its lock.
+// A lookup may miss an entry a writer is moving, but never returns another
+// hash's entry; once the writer stops, every resident entry is found.
+// Run under -race: the index and chunks are published atomically.
+func TestEntryTableLookupRacesWriters(t *testing.T) {
+	crowded := func(rng *rand.Rand) uint64 {
+		// Tag 0xAB for half, home among 8 slots for all.
+		h := rng.Uint64()&^0x00FF_0000_0000_0007 | uint64(rng.IntN(8))
+		if rng.IntN(2) == 0 {
+			h |= 0xAB << 48
+		}
+		return h
+	}
+	var tab entryTable
+	var mu sync.Mutex // the shard's lock
+	rng := rand.New(rand.NewPCG(5, 8))
+	residents := make([]uint64, 64)
+	mu.Lock()
+	for i := range residents {
+		h := crowded(rng)
+		for tab.get(h) != nil {
+			h = crowded(rng)
+		}
+		residents[i] = h
+		e := tab.insert(h)
+		e.last = int64(h) // the payload tells whose entry it is
+		e.unlock()
+	}
+	mu.Unlock()
+	churn := make([]uint64, 400)
+	for i := range churn {
+		churn[i] = crowded(rng)
+	}
+	var done atomic.Bool
+	var misses, found atomic.Int64
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(r), 9))
+			for !done.Load() {
+				resident := rng.IntN(2) == 0
+				h := churn[rng.IntN(len(churn))]
+				if resident {
+					h = residents[rng.IntN(len(residents))]
+				}
+				e := tab.lookup(h)
+				if e == nil {
+					if resident {
+						misses.Add(1)
+					}
+					continue
+				}
+				if e.h != tableHash(h) || e.last != int64(h) {
+					t.Errorf("lookup(%#x) returned the entry of %#x (payload %#x)", h, e.h, e.last)
+				}
+				found.Add(1)
+				e.unlock()
+			}
+		}()
+	}
+	for step := range 100_000 {
+		h := churn[rng.IntN(len(churn))]
+		mu.Lock()
+		if e := tab.get(h); e != nil {
+			if !slices.Contains(residents, h) {
+				e.lock()
+				tab.delete(e)
+				e.unlock()
+			}
+		} else if step%7 != 0 {
+			e := tab.insert(h)
+			e.last = int64(h)
+			e.unlock()
+		}
+		mu.Unlock()
+	}
+	done.Store(true)
+	wg.Wait()
+	for _, h := range residents {
+		e := tab.lookup(h)
+		if e == nil {
+			t.Fatalf("resident %#x not found once the writer stopped", h)
+		}
+		e.unlock()
+	}
+	t.Logf("%d lookups found their entry, %d resident lookups missed while the writer ran", found.Load(), misses.Load())
 }
