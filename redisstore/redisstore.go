@@ -90,12 +90,13 @@
 // WithLeases such an admission bypasses the leases: it is decided in
 // Redis against the levels the lease script keeps (capacity out on lease
 // is not free), and its reconcile releases the slots in a call of its own.
-// Measured with redis-server 7.0 under cachegrind (one hot key, an ID on
-// every call, the difference between 2,000 and 4,000 operations): an
-// admission and its reconcile without either cost 285,278 instructions
-// against 285,727 before; with a key and a workspace gauge, 404,684
-// (+42%); an admission with MaxWait that fits now, 158,228 against 142,729
-// without.
+// Measured with redis-server 7.0 under cachegrind (one hot key in a
+// workspace of another name, an ID on every call, the difference between
+// 2,000 and 4,000 operations), before the plain admission's script was
+// rewritten (bench/redis-gauge-instructions.txt): an admission and its
+// reconcile without either cost 285,278 instructions against 285,727
+// before gauges; with a key and a workspace gauge, 404,684 (+42%); an
+// admission with MaxWait that fits now, 158,228 against 142,729 without.
 //
 // # Faults
 //
@@ -108,9 +109,10 @@
 // (Resends counts these), and go-redis may too (MaxRetries). A repeated
 // admission is answered with its first decision and debits nothing again;
 // a repeated reconcile is not applied again. The records cost the server
-// about 23,000 instructions per admission, on a call of about 87,000
-// without them (+27%: redis-server 7.0 under cachegrind, one hot key, one
-// admission per call, the difference between 5,000 and 10,000 admissions).
+// about 17,400 instructions per admission (a GET and a SET of a new key
+// with its expiry), on a call of about 61,600 without them (+28%:
+// redis-server 7.0 under cachegrind, one hot key, one admission per call,
+// bench/redis-script-cost.txt).
 //
 // A reconcile goes to the store that decided its admission (its Receipt):
 // the local fallback's decisions to the fallback, Redis's to Redis, even
