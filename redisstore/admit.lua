@@ -27,7 +27,8 @@ if idkey then
   local v = redis.call("GET", idkey)
   if v then return v end
 end
-if now ~= now then -- NaN
+local timed = now ~= now -- NaN: the server's TIME, the clock of its expiries
+if timed then
   local t = redis.call("TIME")
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
@@ -69,13 +70,18 @@ local function refill(level, frac, rate, cap, dt)
   return level + add, r
 end
 
--- The workspace's entry (last, rl, rf, tl, tf), created full at now when
--- absent, its time moved to now, or kept when the clock went backwards,
--- which refills nothing; then the key's, unless solo (one entry for both).
-local wl, wr, wrf, wt, wtf
+-- The workspace's entry (last, rl, rf, tl, tf, and exp when this script
+-- wrote it on the server's TIME), created full at now when absent, its
+-- time moved to now, or kept when the clock went backwards, which refills
+-- nothing; then the key's, unless solo (one entry for both).
+local wl, wr, wrf, wt, wtf, wexp, kexp
 local v = redis.call("GET", wkey)
 if v then
-  wl, wr, wrf, wt, wtf = struct.unpack("<ddddd", v)
+  if #v == 48 then
+    wl, wr, wrf, wt, wtf, wexp = struct.unpack("<dddddd", v)
+  else
+    wl, wr, wrf, wt, wtf = struct.unpack("<ddddd", v)
+  end
   local dt = now - wl
   if dt > 0 then wl = now end
   wr, wrf = refill(wr, wrf, wrr, 2 * wrr, dt)
@@ -87,7 +93,11 @@ local kl, kr, krf, kt, ktf = wl, wr, wrf, wt, wtf
 if not solo then
   v = redis.call("GET", kkey)
   if v then
-    kl, kr, krf, kt, ktf = struct.unpack("<ddddd", v)
+    if #v == 48 then
+      kl, kr, krf, kt, ktf, kexp = struct.unpack("<dddddd", v)
+    else
+      kl, kr, krf, kt, ktf = struct.unpack("<ddddd", v)
+    end
     local dt = now - kl
     if dt > 0 then kl = now end
     kr, krf = refill(kr, krf, krr, 2 * krr, dt)
@@ -119,16 +129,30 @@ end
 
 -- Entries are written back, admitted or not (a refused one advanced to
 -- now, so that the latest time seen is kept: a clock that then steps back
--- refills nothing, exactly as the memory store keeps it), each to expire
--- once time alone would have refilled it to full, with a second's margin
--- (arith.lua's ttl).
+-- refills nothing, exactly as the memory store keeps it), each to live at
+-- least until time alone would have refilled it to full, with a second's
+-- margin (arith.lua's ttl). On the server's TIME an entry records when its
+-- expiry falls (exp, in µs of that clock: its expiry falls no earlier), and
+-- while that is late enough the write keeps it (KEEPTTL: half what a new
+-- expiry costs the server); else the expiry is set EXTRA ms later than
+-- needed, so that a busy entry sets one about every EXTRA ms. On a clock
+-- of the caller's, an entry is written as the other scripts write it,
+-- without exp, its expiry set as needed.
+local EXTRA = 10000
 local px, q = 1000, 0
 if wr < 2 * wrr then px = math.ceil((2 * wrr - wr) * 60000 / wrr) + 1000 end
 if wt < 2 * wtr then
   q = math.ceil((2 * wtr - wt) * 60000 / wtr) + 1000
   if q > px then px = q end
 end
-redis.call("SET", wkey, struct.pack("<ddddd", wl, wr, wrf, wt, wtf), "PX", px)
+if not timed then
+  redis.call("SET", wkey, struct.pack("<ddddd", wl, wr, wrf, wt, wtf), "PX", px)
+elseif wexp and now + px * 1000 <= wexp then
+  redis.call("SET", wkey, struct.pack("<dddddd", wl, wr, wrf, wt, wtf, wexp), "KEEPTTL")
+else
+  px = px + EXTRA
+  redis.call("SET", wkey, struct.pack("<dddddd", wl, wr, wrf, wt, wtf, now + px * 1000), "PX", px)
+end
 if not solo then
   px = 1000
   if kr < 2 * krr then px = math.ceil((2 * krr - kr) * 60000 / krr) + 1000 end
@@ -136,7 +160,14 @@ if not solo then
     q = math.ceil((2 * ktr - kt) * 60000 / ktr) + 1000
     if q > px then px = q end
   end
-  redis.call("SET", kkey, struct.pack("<ddddd", kl, kr, krf, kt, ktf), "PX", px)
+  if not timed then
+    redis.call("SET", kkey, struct.pack("<ddddd", kl, kr, krf, kt, ktf), "PX", px)
+  elseif kexp and now + px * 1000 <= kexp then
+    redis.call("SET", kkey, struct.pack("<dddddd", kl, kr, krf, kt, ktf, kexp), "KEEPTTL")
+  else
+    px = px + EXTRA
+    redis.call("SET", kkey, struct.pack("<dddddd", kl, kr, krf, kt, ktf, now + px * 1000), "PX", px)
+  end
 end
 if refused < 0 then
   local rep = struct.pack("<dddd", kr, kt, wr, wt)

@@ -27,7 +27,10 @@
 // appears in Redis (a model name is not secret, but is hashed the same way,
 // which keeps names short and of one shape).
 // Every entry expires once time alone would have refilled it to full (plus a
-// second), so Redis holds active buckets only.
+// second), so Redis holds active buckets only; an entry a plain admission
+// wrote on the server's clock lives up to 10 s longer, which lets the next
+// admissions keep its expiry instead of setting a new one (half the
+// server's cost of the write).
 //
 // Arithmetic is exact, in microseconds (Redis's TIME resolution), with the
 // same results as the memory store's for clock readings on whole

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -285,8 +286,9 @@ func TestKeyNamesAndTTL(t *testing.T) {
 		assert.Equal(t, tag, k[strings.Index(k, "{"):strings.Index(k, "}")+1], "both entries share one hash tag")
 		ttl, err := c.PTTL(context.Background(), name).Result()
 		require.NoError(t, err)
-		// 1000 tokens at 200,000/min: 300 ms to full; 1 request: 600 ms; + 1 s margin
-		assert.InDelta(t, 1600, ttl.Milliseconds(), 100, "TTL = time to refill to full + 1 s")
+		// 1000 tokens at 200,000/min: 300 ms to full; 1 request: 600 ms; + 1 s
+		// margin, + 10 s so that later admissions can keep this expiry
+		assert.InDelta(t, 11600, ttl.Milliseconds(), 100, "TTL = time to refill to full + 1 s + 10 s")
 	}
 
 	// A Solo request (the key is its own workspace) keeps one entry.
@@ -298,6 +300,49 @@ func TestKeyNamesAndTTL(t *testing.T) {
 	_, soloEntry := s.Keys(rawKey, rawKey)
 	assert.Equal(t, []string{soloEntry}, keys)
 	assert.Equal(t, [4]int64{199, 399_999, 199, 399_999}, d.Remaining)
+}
+
+// TestEntryOutlivesItsDebt: an entry written on the server's clock keeps
+// its expiry while that falls late enough, and gets a later one as soon as
+// it would not: after every admission, of random sizes, granted or
+// refused, the entry lives at least until time alone would have refilled
+// it to full, plus a second (computed from the levels the decision
+// reports), and it is never set more than 10 s past that.
+func TestEntryOutlivesItsDebt(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	s := newStore(t, c)
+	ctx := context.Background()
+	lim := llmrate.Limits{RequestsPerMinute: 600, TokensPerMinute: 60_000}
+	rng := rand.New(rand.NewPCG(7, 11))
+	_, entry := s.Keys("sk-ttl", "sk-ttl")
+	kept, moved := 0, 0
+	last := time.Duration(0)
+	for i := range 300 {
+		r := llmrate.AdmitRequest{Key: "sk-ttl", Workspace: "sk-ttl", KeyLimits: lim, WorkspaceLimits: lim,
+			Tokens: rng.Int64N(3000), Solo: true, ID: llmrate.NewAdmissionID()}
+		start := time.Now()
+		d, err := s.Admit(ctx, r)
+		require.NoError(t, err)
+		ttl, err := c.PTTL(ctx, entry).Result()
+		require.NoError(t, err)
+		// Time to full, in ms, from the reported levels (2x capacity).
+		reqMs := float64(2*lim.RequestsPerMinute-d.Remaining[llmrate.KeyRequests]) * 60_000 / float64(lim.RequestsPerMinute)
+		tokMs := float64(2*lim.TokensPerMinute-d.Remaining[llmrate.KeyTokens]) * 60_000 / float64(lim.TokensPerMinute)
+		need := time.Duration(math.Ceil(max(reqMs, tokMs, 0)))*time.Millisecond + time.Second
+		elapsed := time.Since(start) // PTTL runs a little after the admission
+		assert.GreaterOrEqual(t, ttl+elapsed+time.Millisecond, need, "admission %d: the entry would expire before it is full", i)
+		assert.LessOrEqual(t, ttl, need+10*time.Second+time.Millisecond, "admission %d: expiry set too late", i)
+		if i > 0 && ttl <= last {
+			kept++
+		} else if i > 0 {
+			moved++
+		}
+		last = ttl
+	}
+	t.Logf("expiry kept %d times, moved %d times", kept, moved)
+	assert.Positive(t, kept, "a busy entry keeps its expiry")
+	assert.Positive(t, moved, "and gets a later one when its debt needs it")
 }
 
 // TestModelKeyNames: a model entry's buckets live in entries of their own,

@@ -1,0 +1,1 @@
+redis.call("SET", KEYS[1], "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "KEEPTTL") return 1
