@@ -493,19 +493,29 @@ func (p *jsonScan) countEscape(cp uint16) {
 }
 
 // inNumber reads number bytes; the byte that ends a number is left for the
-// next state.
+// next state. It reads on to the number's end within b, so a number costs
+// one dispatch, not one a byte.
 func (p *jsonScan) inNumber(b []byte, i int) int {
-	if p.numPhase == nInt && !p.numPlain || p.numPhase == nFrac || p.numPhase == nExp {
-		// Fast path: digits whose value is not needed.
-		for i < len(b) && isDigit(b[i]) {
-			i++
+	for {
+		switch {
+		case p.numPhase == nInt && p.numPlain:
+			// A counted field's integer digits, its value kept.
+			for ; i < len(b) && isDigit(b[i]); i++ {
+				p.addDigit(b[i])
+			}
+		case p.numPhase == nInt || p.numPhase == nFrac || p.numPhase == nExp:
+			// Digits whose value is not needed.
+			for i < len(b) && isDigit(b[i]) {
+				i++
+			}
 		}
 		if i == len(b) {
 			return i
 		}
-	}
-	if p.numByte(b[i]) {
-		return i + 1
+		if !p.numByte(b[i]) {
+			break
+		}
+		i++
 	}
 	if !p.numTerminal() {
 		p.state = sBad
@@ -515,17 +525,19 @@ func (p *jsonScan) inNumber(b []byte, i int) int {
 	return p.nextKey(b, i)
 }
 
-// inLiteral reads the rest of true, false or null.
+// inLiteral reads the rest of true, false or null, as far as b goes.
 func (p *jsonScan) inLiteral(b []byte, i int) int {
-	if b[i] != p.lit[p.litPos] {
-		p.state = sBad
-		return i + 1
+	for ; i < len(b); i++ {
+		if b[i] != p.lit[p.litPos] {
+			p.state = sBad
+			return i + 1
+		}
+		if p.litPos++; int(p.litPos) == len(p.lit) {
+			p.endLiteral()
+			return p.nextKey(b, i+1)
+		}
 	}
-	if p.litPos++; int(p.litPos) == len(p.lit) {
-		p.endLiteral()
-		return p.nextKey(b, i+1)
-	}
-	return i + 1
+	return i
 }
 
 // atValue expects a value (or, first in an array, its end).
