@@ -176,6 +176,7 @@ type jsonScan struct {
 	arrayDocs      bool
 	depth          int32
 	isArr          [maxJSONDepth/8 + 1]uint8 // bit per depth: container is an array
+	arr            bool                      // the container at depth is an array (isArr's bit, kept at hand)
 	nodes          [8]node                   // node of the object at depth 1..7
 	// elemAt: the depth of the array whose elements are elemNode objects
 	// (a report's iterations, D.predictions), 0 when none is open;
@@ -224,7 +225,7 @@ func (p *jsonScan) init(acc *accumulator, allowArrayDocs bool) {
 // resetDoc prepares for a new document.
 func (p *jsonScan) resetDoc() {
 	p.state = sValue
-	p.depth = 0
+	p.depth, p.arr = 0, false
 	p.arrayDocs = false
 	p.pend, p.text, p.counting = pNone, false, false
 	p.elemAt, p.elemObjAt = 0, 0
@@ -239,7 +240,13 @@ func (p *jsonScan) node() node {
 	return node(nkOther)
 }
 
-func (p *jsonScan) inArray() bool { return p.isArr[p.depth>>3]&(1<<(p.depth&7)) != 0 }
+func (p *jsonScan) inArray() bool { return p.arr }
+
+// popContainer leaves the innermost container for its parent.
+func (p *jsonScan) popContainer() {
+	p.depth--
+	p.arr = p.isArr[p.depth>>3]&(1<<(p.depth&7)) != 0
+}
 
 // end finishes the current document at end of input, applies it if it is
 // complete and valid, and reports whether it was an OpenAI usage-only chunk
@@ -615,7 +622,7 @@ func (p *jsonScan) afterValue(b []byte, i int) int {
 		if p.elemAt != 0 {
 			p.closeInElems()
 		}
-		p.depth--
+		p.popContainer()
 		p.valueDone()
 		return p.nextKey(b, i+1)
 	default:
@@ -717,7 +724,7 @@ func (p *jsonScan) openContainer(arr bool) {
 	}
 	p.depth++
 	d := p.depth
-	p.pend = pNone
+	p.pend, p.arr = pNone, arr
 	if arr {
 		p.isArr[d>>3] |= 1 << (d & 7)
 		p.state = sArrFirst
@@ -833,19 +840,27 @@ func (p *jsonScan) closeContainer() {
 	if p.elemAt != 0 {
 		p.closeInElems()
 	}
-	p.depth--
+	p.popContainer()
 	p.valueDone()
 }
 
-// valueDone is called after any complete value.
+// valueDone is called after any complete value. It inlines: only a value
+// at depth 0 or 1 needs more (valueDoneTop).
 func (p *jsonScan) valueDone() {
-	p.pend = pNone
+	p.pend, p.state = pNone, sAfterValue
+	if p.depth <= 1 {
+		p.valueDoneTop()
+	}
+}
+
+// valueDoneTop ends a value at depth 0 (the document) or 1 (an element
+// document of a top-level array).
+func (p *jsonScan) valueDoneTop() {
 	if p.depth == 0 {
 		p.state = sEnd
 		return
 	}
-	p.state = sAfterValue
-	if p.arrayDocs && p.depth == 1 {
+	if p.arrayDocs {
 		// one element document is complete
 		p.acc.applyDoc(&p.doc)
 		p.doc.reset()
