@@ -76,12 +76,14 @@ func Plain(b []byte) int {
 // len(s).
 func firstControl(s []byte) int {
 	i := 0
-	for ; i+32 <= len(s); i += 32 {
-		w := s[i : i+32 : i+32]
-		if controls(binary.LittleEndian.Uint64(w))|controls(binary.LittleEndian.Uint64(w[8:]))|
-			controls(binary.LittleEndian.Uint64(w[16:]))|controls(binary.LittleEndian.Uint64(w[24:])) != 0 {
+	for t := s; len(t) >= 64; t = t[64:] {
+		// controls of eight words, the mask applied once to their union
+		w := t[:64:64]
+		c := ctl(w[0:]) | ctl(w[8:]) | ctl(w[16:]) | ctl(w[24:]) | ctl(w[32:]) | ctl(w[40:]) | ctl(w[48:]) | ctl(w[56:])
+		if c&highs != 0 {
 			break
 		}
+		i += 64
 	}
 	for ; i+8 <= len(s); i += 8 {
 		if m := controls(binary.LittleEndian.Uint64(s[i:])); m != 0 {
@@ -94,4 +96,11 @@ func firstControl(s []byte) int {
 		}
 	}
 	return i
+}
+
+// ctl is controls before its mask: the union of several words' ctl,
+// masked once, is the union of their controls.
+func ctl(b []byte) uint64 {
+	x := binary.LittleEndian.Uint64(b)
+	return (x - ones*0x20) &^ x
 }
