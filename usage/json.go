@@ -406,7 +406,15 @@ func (p *jsonScan) afterQuote(b []byte, i int) int {
 		return i
 	}
 	p.state = sValue
-	if c := b[i+1]; c == '"' || c == '{' || c == '[' || c == 'n' || isDigit(c) {
+	c := b[i+1]
+	if c == '"' && p.pend == pNone {
+		// beginValue's string case for a member that means nothing to
+		// the rows (most of them): nothing to capture or record.
+		p.state, p.isKey, p.strCap = sStr, false, capNone
+		p.counting, p.hi, p.text = p.text, false, false
+		return i + 2
+	}
+	if c == '"' || c == '{' || c == '[' || c == 'n' || isDigit(c) {
 		p.beginValue(c)
 		return i + 2
 	}
@@ -844,11 +852,11 @@ func (p *jsonScan) closeContainer() {
 	p.valueDone()
 }
 
-// valueDone is called after any complete value. It inlines: only a value
-// at depth 0 or 1 needs more (valueDoneTop).
+// valueDone is called after any complete value. It inlines: only the
+// document's value, or an element document's, needs more (valueDoneTop).
 func (p *jsonScan) valueDone() {
 	p.pend, p.state = pNone, sAfterValue
-	if p.depth <= 1 {
+	if p.depth == 0 || p.arrayDocs && p.depth == 1 {
 		p.valueDoneTop()
 	}
 }
@@ -860,11 +868,9 @@ func (p *jsonScan) valueDoneTop() {
 		p.state = sEnd
 		return
 	}
-	if p.arrayDocs {
-		// one element document is complete
-		p.acc.applyDoc(&p.doc)
-		p.doc.reset()
-	}
+	// one element document is complete
+	p.acc.applyDoc(&p.doc)
+	p.doc.reset()
 }
 
 // endKey ends a member name.
