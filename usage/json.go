@@ -527,8 +527,8 @@ func (p *jsonScan) inNumber(b []byte, i int) int {
 		if i == len(b) {
 			return i
 		}
-		if !p.numByte(b[i]) {
-			break
+		if c := b[i]; c == ',' || c == '}' || c == ']' || !p.numByte(c) {
+			break // the usual ends first: no phase takes them
 		}
 		i++
 	}
