@@ -414,11 +414,34 @@ func (p *jsonScan) afterQuote(b []byte, i int) int {
 		p.counting, p.hi, p.text = p.text, false, false
 		return i + 2
 	}
-	if c == '"' || c == '{' || c == '[' || c == 'n' || isDigit(c) {
+	if c == '{' || c == '[' {
+		p.beginValue(c)
+		return p.afterOpen(b, i+2)
+	}
+	if c == '"' || c == 'n' || isDigit(c) {
 		p.beginValue(c)
 		return i + 2
 	}
 	return i + 1
+}
+
+// afterOpen is the fast path past an opening bracket: a member name's
+// quote, or an array's first element opening another container, is taken
+// at once rather than through the dispatcher (atKey, atValue).
+func (p *jsonScan) afterOpen(b []byte, i int) int {
+	for i < len(b) {
+		switch c := b[i]; {
+		case c == '"' && p.state == sObjFirst:
+			p.beginKey()
+			return i + 1
+		case (c == '{' || c == '[') && p.state == sArrFirst:
+			p.beginValue(c)
+			i++
+		default:
+			return i
+		}
+	}
+	return i
 }
 
 // inEscape reads the byte after a backslash.
