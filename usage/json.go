@@ -418,9 +418,17 @@ func (p *jsonScan) afterQuote(b []byte, i int) int {
 		p.beginValue(c)
 		return p.afterOpen(b, i+2)
 	}
-	if c == '"' || c == 'n' || isDigit(c) {
+	if c == '"' {
 		p.beginValue(c)
 		return i + 2
+	}
+	if c == 'n' || isDigit(c) {
+		// a number or null read on here, then on to the next name
+		p.beginValue(c)
+		if p.state == sNum {
+			return p.inNumber(b, i+2)
+		}
+		return p.inLiteral(b, i+2)
 	}
 	return i + 1
 }
