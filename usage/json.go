@@ -390,11 +390,18 @@ func (p *jsonScan) stringStop(b []byte, j int) int {
 }
 
 // nextKey is the fast path from a value to the next member's name: ','
-// and its opening quote at once.
+// and its opening quote at once; or, at a closing bracket, afterValue at
+// once rather than through the dispatcher.
 func (p *jsonScan) nextKey(b []byte, i int) int {
-	if p.state == sAfterValue && i+1 < len(b) && b[i] == ',' && b[i+1] == '"' && !p.inArray() {
+	if p.state != sAfterValue || i >= len(b) {
+		return i
+	}
+	if i+1 < len(b) && b[i] == ',' && b[i+1] == '"' && !p.inArray() {
 		p.beginKey()
 		return i + 2
+	}
+	if b[i]|0x20 == '}' { // '}' or ']'
+		return p.afterValue(b, i)
 	}
 	return i
 }
@@ -633,6 +640,7 @@ func (p *jsonScan) atColon(b []byte, i int) int {
 // afterValue expects ',' or the container's end; its fast path starts the
 // next member name at once.
 func (p *jsonScan) afterValue(b []byte, i int) int {
+again:
 	if i = skipSpace(b, i); i == len(b) {
 		return i
 	}
@@ -663,7 +671,14 @@ func (p *jsonScan) afterValue(b []byte, i int) int {
 		}
 		p.popContainer()
 		p.valueDone()
-		return p.nextKey(b, i+1)
+		if i++; p.state != sAfterValue || i == len(b) {
+			return i
+		}
+		if i+1 < len(b) && b[i] == ',' && b[i+1] == '"' && !p.inArray() {
+			p.beginKey() // nextKey, here without its call back into afterValue
+			return i + 2
+		}
+		goto again // another close, usually
 	default:
 		p.state = sBad
 	}
