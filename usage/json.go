@@ -390,20 +390,17 @@ func (p *jsonScan) stringStop(b []byte, j int) int {
 }
 
 // nextKey is the fast path from a value to the next member's name: ','
-// and its opening quote at once; or, at a closing bracket, afterValue at
-// once rather than through the dispatcher.
+// and its opening quote at once; anything else after the value goes to
+// afterValue at once rather than through the dispatcher. It inlines.
 func (p *jsonScan) nextKey(b []byte, i int) int {
-	if p.state != sAfterValue || i >= len(b) {
+	if p.state != sAfterValue || i+1 >= len(b) {
 		return i
 	}
-	if i+1 < len(b) && b[i] == ',' && b[i+1] == '"' && !p.inArray() {
+	if b[i] == ',' && b[i+1] == '"' && !p.arr {
 		p.beginKey()
 		return i + 2
 	}
-	if b[i]|0x20 == '}' { // '}' or ']'
-		return p.afterValue(b, i)
-	}
-	return i
+	return p.afterValue(b, i)
 }
 
 // afterQuote is inString's second fast path: a member name is usually
