@@ -360,7 +360,13 @@ func (p *jsonScan) inString(b []byte, i int) int {
 					name = nil // longer than any name we look for
 				}
 			}
-			p.endKey(name, w)
+			// The name ends. lookupMember's first probe is made here:
+			// most names are in no table, and need neither call.
+			p.strCap, p.isKey = capNone, false
+			p.state, p.pend, p.text = sColon, pNone, false
+			if memberIndex[memberHash(w, len(name))] != 0 {
+				p.onKey(name, w)
+			}
 			i = p.afterQuote(b, j+1)
 		} else {
 			if p.strCap != capNone {
@@ -914,13 +920,6 @@ func (p *jsonScan) valueDoneTop() {
 	// one element document is complete
 	p.acc.applyDoc(&p.doc)
 	p.doc.reset()
-}
-
-// endKey ends a member name.
-func (p *jsonScan) endKey(name []byte, w uint64) {
-	p.strCap, p.isKey = capNone, false
-	p.state = sColon
-	p.onKey(name, w)
 }
 
 func (p *jsonScan) endNumber() {
