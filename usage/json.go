@@ -319,10 +319,18 @@ func (p *jsonScan) write(b []byte) {
 // without returning to the dispatcher.
 func (p *jsonScan) inString(b []byte, i int) int {
 	for {
-		// jsonrun.Plain, its first word tested here: most member names
-		// and many values end within it.
+		// jsonrun.Plain, its first two words tested here: most member
+		// names and many values end within them.
 		var j int
-		if len(b)-i >= 8 {
+		if len(b)-i >= 16 {
+			if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				j = i + bits.TrailingZeros64(m)/8
+			} else if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i+8:])); m != 0 {
+				j = i + 8 + bits.TrailingZeros64(m)/8
+			} else {
+				j = i + 16 + jsonrun.Plain(b[i+16:])
+			}
+		} else if len(b)-i >= 8 {
 			if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 				j = i + bits.TrailingZeros64(m)/8
 			} else {
