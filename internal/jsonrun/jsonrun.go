@@ -16,9 +16,11 @@ const (
 	// probe is how many bytes Plain tests a word at a time before it
 	// takes a string for long: member names and short values end within.
 	probe = 64
-	// window bounds each long step, so a long string broken by many
-	// escapes is still read in linear time.
-	window = 256
+	// window bounds the first long step, so a long string broken by many
+	// escapes is still read in linear time; each step that finds no stop
+	// doubles the next, up to maxWindow, so a long plain run takes few.
+	window    = 256
+	maxWindow = 4096
 )
 
 // Stops returns the flag bits of eight string bytes read as a
@@ -55,8 +57,8 @@ func Plain(b []byte) int {
 		}
 		return i
 	}
-	for i < len(b) {
-		w := b[i:min(len(b), i+window)]
+	for step := window; i < len(b); step = min(2*step, maxWindow) {
+		w := b[i:min(len(b), i+step)]
 		end := len(w)
 		if q := bytes.IndexByte(w, '"'); q >= 0 {
 			end = q
