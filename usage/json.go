@@ -372,8 +372,8 @@ func (p *jsonScan) inString(b []byte, i int) int {
 			// most names are in no table, and need neither call.
 			p.strCap, p.isKey = capNone, false
 			p.state, p.pend, p.text = sColon, pNone, false
-			if memberIndex[memberHash(w, len(name))] != 0 {
-				p.onKey(name, w)
+			if h := memberHash(w, len(name)); memberIndex[h] != 0 {
+				p.onKey(h, name, w)
 			}
 			i = p.afterQuote(b, j+1)
 		} else {
@@ -1023,9 +1023,10 @@ func (p *jsonScan) addDigit(c byte) {
 }
 
 // onKey decides what the value of the member just read means.
-func (p *jsonScan) onKey(name []byte, w uint64) {
-	p.pend, p.text = pNone, false
-	m := lookupMember(name, w)
+// h is memberHash(w, len(name)), an occupied slot; the caller has set
+// pend and text to none.
+func (p *jsonScan) onKey(h uint, name []byte, w uint64) {
+	m := lookupMemberFrom(h, name, w)
 	if m == nil {
 		return
 	}

@@ -192,7 +192,14 @@ func lookupMember(name []byte, w uint64) *member {
 	if len(name) == 0 || len(name) > maxMemberLen {
 		return nil
 	}
-	for h := memberHash(w, len(name)); ; h = (h + 1) & (memberSlots - 1) {
+	return lookupMemberFrom(memberHash(w, len(name)), name, w)
+}
+
+// lookupMemberFrom is lookupMember's probe from slot h, memberHash(w,
+// len(name)). A name that is empty or longer than maxMemberLen matches no
+// entry, so it needs no test of its own here.
+func lookupMemberFrom(h uint, name []byte, w uint64) *member {
+	for ; ; h = (h + 1) & (memberSlots - 1) {
 		i := memberIndex[h]
 		if i == 0 {
 			return nil
