@@ -344,29 +344,17 @@ func (p *jsonScan) inString(b []byte, i int) int {
 			p.hi = false
 		}
 		if j == len(b) || b[j] != '"' {
-			if p.strCap != capNone {
-				p.capture(b[i:j])
+			var more bool
+			if i, more = p.notQuote(b, i, j); more {
+				continue
 			}
-			if j+1 < len(b) && b[j] == '\\' && p.strCap == capNone && b[j+1] != 'u' {
-				// A one-byte escape inside a counted or skipped string.
-				p.state = sStrEsc
-				if i = p.inEscape(b, j+1); p.state == sStr {
-					continue
-				}
-				return i
-			}
-			return p.stringStop(b, j)
+			return i
 		}
 		if p.isKey {
 			name := b[i:j] // the whole name is in b: look it up where it lies
 			w := nameWord(b[i:], j-i)
 			if p.keyLen > 0 || p.keyOver {
-				p.capture(name)
-				name = p.key[:p.keyLen]
-				w = nameWord(p.key[:], len(name))
-				if p.keyOver {
-					name = nil // longer than any name we look for
-				}
+				name, w = p.splitName(name)
 			}
 			// The name ends. lookupMember's first probe is made here:
 			// most names are in no table, and need neither call.
@@ -388,6 +376,35 @@ func (p *jsonScan) inString(b []byte, i int) int {
 			return i
 		}
 	}
+}
+
+// notQuote handles a string's plain run b[i:j] that a quote did not end:
+// the end of b, a backslash or a control byte. It reports whether the
+// string goes on within b (after a one-byte escape), and where.
+func (p *jsonScan) notQuote(b []byte, i, j int) (int, bool) {
+	if p.strCap != capNone {
+		p.capture(b[i:j])
+	}
+	if j+1 < len(b) && b[j] == '\\' && p.strCap == capNone && b[j+1] != 'u' {
+		// A one-byte escape inside a counted or skipped string.
+		p.state = sStrEsc
+		i = p.inEscape(b, j+1)
+		return i, p.state == sStr
+	}
+	return p.stringStop(b, j), false
+}
+
+// splitName completes a member name begun in an earlier write with its
+// last part, and returns it (nil when longer than any name looked for)
+// and its nameWord.
+func (p *jsonScan) splitName(last []byte) ([]byte, uint64) {
+	p.capture(last)
+	name := p.key[:p.keyLen]
+	w := nameWord(p.key[:], len(name))
+	if p.keyOver {
+		name = nil // longer than any name we look for
+	}
+	return name, w
 }
 
 // stringStop handles what stopped a string's plain run at b[j], if any: a
