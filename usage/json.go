@@ -344,11 +344,15 @@ func (p *jsonScan) inString(b []byte, i int) int {
 			p.hi = false
 		}
 		if j == len(b) || b[j] != '"' {
-			var more bool
-			if i, more = p.notQuote(b, i, j); more {
-				continue
+			if j+1 < len(b) && b[j] == '\\' && p.strCap == capNone && b[j+1] != 'u' {
+				// A one-byte escape inside a counted or skipped string.
+				p.state = sStrEsc
+				if i = p.inEscape(b, j+1); p.state == sStr {
+					continue
+				}
+				return i
 			}
-			return i
+			return p.notQuote(b, i, j)
 		}
 		if p.isKey {
 			name := b[i:j] // the whole name is in b: look it up where it lies
@@ -378,20 +382,14 @@ func (p *jsonScan) inString(b []byte, i int) int {
 	}
 }
 
-// notQuote handles a string's plain run b[i:j] that a quote did not end:
-// the end of b, a backslash or a control byte. It reports whether the
-// string goes on within b (after a one-byte escape), and where.
-func (p *jsonScan) notQuote(b []byte, i, j int) (int, bool) {
+// notQuote handles a string's plain run b[i:j] that neither a quote nor a
+// one-byte escape in a string not captured ended: the end of b, a captured
+// string's backslash, a \u escape, or a control byte.
+func (p *jsonScan) notQuote(b []byte, i, j int) int {
 	if p.strCap != capNone {
 		p.capture(b[i:j])
 	}
-	if j+1 < len(b) && b[j] == '\\' && p.strCap == capNone && b[j+1] != 'u' {
-		// A one-byte escape inside a counted or skipped string.
-		p.state = sStrEsc
-		i = p.inEscape(b, j+1)
-		return i, p.state == sStr
-	}
-	return p.stringStop(b, j), false
+	return p.stringStop(b, j)
 }
 
 // splitName completes a member name begun in an earlier write with its
