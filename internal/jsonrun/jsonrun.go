@@ -40,7 +40,8 @@ func controls(x uint64) uint64 { return ((x - ones*0x20) &^ x) & highs }
 // '"', not '\\', not a control byte. It tests the first probe bytes eight
 // at a time (SWAR); past them the string is long, and it finds the next
 // quote and backslash with the runtime's vectorised bytes.IndexByte, then
-// tests the run before them for control bytes 32 bytes a step.
+// tests the run before them for control bytes 64 bytes a step, in steps
+// of 256 bytes that double while they find no stop.
 func Plain(b []byte) int {
 	n := min(len(b), probe)
 	i := 0
