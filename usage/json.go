@@ -176,6 +176,7 @@ type jsonScan struct {
 	arrayDocs      bool
 	depth          int32
 	isArr          [maxJSONDepth/8 + 1]uint8 // bit per depth: container is an array
+	arr            bool                      // the container at depth is an array (isArr's bit, kept at hand)
 	nodes          [8]node                   // node of the object at depth 1..7
 	// elemAt: the depth of the array whose elements are elemNode objects
 	// (a report's iterations, D.predictions), 0 when none is open;
@@ -224,7 +225,7 @@ func (p *jsonScan) init(acc *accumulator, allowArrayDocs bool) {
 // resetDoc prepares for a new document.
 func (p *jsonScan) resetDoc() {
 	p.state = sValue
-	p.depth = 0
+	p.depth, p.arr = 0, false
 	p.arrayDocs = false
 	p.pend, p.text, p.counting = pNone, false, false
 	p.elemAt, p.elemObjAt = 0, 0
@@ -239,7 +240,13 @@ func (p *jsonScan) node() node {
 	return node(nkOther)
 }
 
-func (p *jsonScan) inArray() bool { return p.isArr[p.depth>>3]&(1<<(p.depth&7)) != 0 }
+func (p *jsonScan) inArray() bool { return p.arr }
+
+// popContainer leaves the innermost container for its parent.
+func (p *jsonScan) popContainer() {
+	p.depth--
+	p.arr = p.isArr[p.depth>>3]&(1<<(p.depth&7)) != 0
+}
 
 // end finishes the current document at end of input, applies it if it is
 // complete and valid, and reports whether it was an OpenAI usage-only chunk
@@ -312,10 +319,18 @@ func (p *jsonScan) write(b []byte) {
 // without returning to the dispatcher.
 func (p *jsonScan) inString(b []byte, i int) int {
 	for {
-		// jsonrun.Plain, its first word tested here: most member names
-		// and many values end within it.
+		// jsonrun.Plain, its first two words tested here: most member
+		// names and many values end within them.
 		var j int
-		if len(b)-i >= 8 {
+		if len(b)-i >= 16 {
+			if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				j = i + bits.TrailingZeros64(m)/8
+			} else if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i+8:])); m != 0 {
+				j = i + 8 + bits.TrailingZeros64(m)/8
+			} else {
+				j = i + 16 + jsonrun.Plain(b[i+16:])
+			}
+		} else if len(b)-i >= 8 {
 			if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 				j = i + bits.TrailingZeros64(m)/8
 			} else {
@@ -329,9 +344,6 @@ func (p *jsonScan) inString(b []byte, i int) int {
 			p.hi = false
 		}
 		if j == len(b) || b[j] != '"' {
-			if p.strCap != capNone {
-				p.capture(b[i:j])
-			}
 			if j+1 < len(b) && b[j] == '\\' && p.strCap == capNone && b[j+1] != 'u' {
 				// A one-byte escape inside a counted or skipped string.
 				p.state = sStrEsc
@@ -340,20 +352,21 @@ func (p *jsonScan) inString(b []byte, i int) int {
 				}
 				return i
 			}
-			return p.stringStop(b, j)
+			return p.notQuote(b, i, j)
 		}
 		if p.isKey {
 			name := b[i:j] // the whole name is in b: look it up where it lies
 			w := nameWord(b[i:], j-i)
 			if p.keyLen > 0 || p.keyOver {
-				p.capture(name)
-				name = p.key[:p.keyLen]
-				w = nameWord(p.key[:], len(name))
-				if p.keyOver {
-					name = nil // longer than any name we look for
-				}
+				name, w = p.splitName(name)
 			}
-			p.endKey(name, w)
+			// The name ends. lookupMember's first probe is made here:
+			// most names are in no table, and need neither call.
+			p.strCap, p.isKey = capNone, false
+			p.state, p.pend, p.text = sColon, pNone, false
+			if h := memberHash(w, len(name)); memberIndex[h] != 0 {
+				p.onKey(h, name, w)
+			}
 			i = p.afterQuote(b, j+1)
 		} else {
 			if p.strCap != capNone {
@@ -367,6 +380,29 @@ func (p *jsonScan) inString(b []byte, i int) int {
 			return i
 		}
 	}
+}
+
+// notQuote handles a string's plain run b[i:j] that neither a quote nor a
+// one-byte escape in a string not captured ended: the end of b, a captured
+// string's backslash, a \u escape, or a control byte.
+func (p *jsonScan) notQuote(b []byte, i, j int) int {
+	if p.strCap != capNone {
+		p.capture(b[i:j])
+	}
+	return p.stringStop(b, j)
+}
+
+// splitName completes a member name begun in an earlier write with its
+// last part, and returns it (nil when longer than any name looked for)
+// and its nameWord.
+func (p *jsonScan) splitName(last []byte) ([]byte, uint64) {
+	p.capture(last)
+	name := p.key[:p.keyLen]
+	w := nameWord(p.key[:], len(name))
+	if p.keyOver {
+		name = nil // longer than any name we look for
+	}
+	return name, w
 }
 
 // stringStop handles what stopped a string's plain run at b[j], if any: a
@@ -383,13 +419,17 @@ func (p *jsonScan) stringStop(b []byte, j int) int {
 }
 
 // nextKey is the fast path from a value to the next member's name: ','
-// and its opening quote at once.
+// and its opening quote at once; anything else after the value goes to
+// afterValue at once rather than through the dispatcher. It inlines.
 func (p *jsonScan) nextKey(b []byte, i int) int {
-	if p.state == sAfterValue && i+1 < len(b) && b[i] == ',' && b[i+1] == '"' && !p.inArray() {
+	if p.state != sAfterValue || i+1 >= len(b) {
+		return i
+	}
+	if b[i] == ',' && b[i+1] == '"' && !p.arr {
 		p.beginKey()
 		return i + 2
 	}
-	return i
+	return p.afterValue(b, i)
 }
 
 // afterQuote is inString's second fast path: a member name is usually
@@ -399,11 +439,50 @@ func (p *jsonScan) afterQuote(b []byte, i int) int {
 		return i
 	}
 	p.state = sValue
-	if c := b[i+1]; c == '"' || c == '{' || c == '[' || c == 'n' || isDigit(c) {
+	c := b[i+1]
+	if c == '"' && p.pend == pNone {
+		// beginValue's string case for a member that means nothing to
+		// the rows (most of them): nothing to capture or record.
+		p.state, p.isKey, p.strCap = sStr, false, capNone
+		p.counting, p.hi, p.text = p.text, false, false
+		return i + 2
+	}
+	if c == '{' || c == '[' {
+		p.beginValue(c)
+		return p.afterOpen(b, i+2)
+	}
+	if c == '"' {
 		p.beginValue(c)
 		return i + 2
 	}
+	if c == 'n' || isDigit(c) {
+		// a number or null read on here, then on to the next name
+		p.beginValue(c)
+		if p.state == sNum {
+			return p.inNumber(b, i+2)
+		}
+		return p.inLiteral(b, i+2)
+	}
 	return i + 1
+}
+
+// afterOpen is the fast path past an opening bracket: a member name's
+// quote, or an array's first element opening another container, is taken
+// at once rather than through the dispatcher (atKey, atValue).
+func (p *jsonScan) afterOpen(b []byte, i int) int {
+	for i < len(b) {
+		switch c := b[i]; {
+		case c == '"' && p.state == sObjFirst:
+			p.beginKey()
+			return i + 1
+		case (c == '{' || c == '[') && p.state == sArrFirst:
+			p.beginValue(c)
+			i++
+		default:
+			return i
+		}
+	}
+	return i
 }
 
 // inEscape reads the byte after a backslash.
@@ -493,19 +572,29 @@ func (p *jsonScan) countEscape(cp uint16) {
 }
 
 // inNumber reads number bytes; the byte that ends a number is left for the
-// next state.
+// next state. It reads on to the number's end within b, so a number costs
+// one dispatch, not one a byte.
 func (p *jsonScan) inNumber(b []byte, i int) int {
-	if p.numPhase == nInt && !p.numPlain || p.numPhase == nFrac || p.numPhase == nExp {
-		// Fast path: digits whose value is not needed.
-		for i < len(b) && isDigit(b[i]) {
-			i++
+	for {
+		switch {
+		case p.numPhase == nInt && p.numPlain:
+			// A counted field's integer digits, its value kept.
+			for ; i < len(b) && isDigit(b[i]); i++ {
+				p.addDigit(b[i])
+			}
+		case p.numPhase == nInt || p.numPhase == nFrac || p.numPhase == nExp:
+			// Digits whose value is not needed.
+			for i < len(b) && isDigit(b[i]) {
+				i++
+			}
 		}
 		if i == len(b) {
 			return i
 		}
-	}
-	if p.numByte(b[i]) {
-		return i + 1
+		if c := b[i]; c == ',' || c == '}' || c == ']' || !p.numByte(c) {
+			break // the usual ends first: no phase takes them
+		}
+		i++
 	}
 	if !p.numTerminal() {
 		p.state = sBad
@@ -515,17 +604,19 @@ func (p *jsonScan) inNumber(b []byte, i int) int {
 	return p.nextKey(b, i)
 }
 
-// inLiteral reads the rest of true, false or null.
+// inLiteral reads the rest of true, false or null, as far as b goes.
 func (p *jsonScan) inLiteral(b []byte, i int) int {
-	if b[i] != p.lit[p.litPos] {
-		p.state = sBad
-		return i + 1
+	for ; i < len(b); i++ {
+		if b[i] != p.lit[p.litPos] {
+			p.state = sBad
+			return i + 1
+		}
+		if p.litPos++; int(p.litPos) == len(p.lit) {
+			p.endLiteral()
+			return p.nextKey(b, i+1)
+		}
 	}
-	if p.litPos++; int(p.litPos) == len(p.lit) {
-		p.endLiteral()
-		return p.nextKey(b, i+1)
-	}
-	return i + 1
+	return i
 }
 
 // atValue expects a value (or, first in an array, its end).
@@ -575,6 +666,7 @@ func (p *jsonScan) atColon(b []byte, i int) int {
 // afterValue expects ',' or the container's end; its fast path starts the
 // next member name at once.
 func (p *jsonScan) afterValue(b []byte, i int) int {
+again:
 	if i = skipSpace(b, i); i == len(b) {
 		return i
 	}
@@ -603,9 +695,16 @@ func (p *jsonScan) afterValue(b []byte, i int) int {
 		if p.elemAt != 0 {
 			p.closeInElems()
 		}
-		p.depth--
+		p.popContainer()
 		p.valueDone()
-		return p.nextKey(b, i+1)
+		if i++; p.state != sAfterValue || i == len(b) {
+			return i
+		}
+		if i+1 < len(b) && b[i] == ',' && b[i+1] == '"' && !p.inArray() {
+			p.beginKey() // nextKey, here without its call back into afterValue
+			return i + 2
+		}
+		goto again // another close, usually
 	default:
 		p.state = sBad
 	}
@@ -705,7 +804,7 @@ func (p *jsonScan) openContainer(arr bool) {
 	}
 	p.depth++
 	d := p.depth
-	p.pend = pNone
+	p.pend, p.arr = pNone, arr
 	if arr {
 		p.isArr[d>>3] |= 1 << (d & 7)
 		p.state = sArrFirst
@@ -821,30 +920,29 @@ func (p *jsonScan) closeContainer() {
 	if p.elemAt != 0 {
 		p.closeInElems()
 	}
-	p.depth--
+	p.popContainer()
 	p.valueDone()
 }
 
-// valueDone is called after any complete value.
+// valueDone is called after any complete value. It inlines: only the
+// document's value, or an element document's, needs more (valueDoneTop).
 func (p *jsonScan) valueDone() {
-	p.pend = pNone
+	p.pend, p.state = pNone, sAfterValue
+	if p.depth == 0 || p.arrayDocs && p.depth == 1 {
+		p.valueDoneTop()
+	}
+}
+
+// valueDoneTop ends a value at depth 0 (the document) or 1 (an element
+// document of a top-level array).
+func (p *jsonScan) valueDoneTop() {
 	if p.depth == 0 {
 		p.state = sEnd
 		return
 	}
-	p.state = sAfterValue
-	if p.arrayDocs && p.depth == 1 {
-		// one element document is complete
-		p.acc.applyDoc(&p.doc)
-		p.doc.reset()
-	}
-}
-
-// endKey ends a member name.
-func (p *jsonScan) endKey(name []byte, w uint64) {
-	p.strCap, p.isKey = capNone, false
-	p.state = sColon
-	p.onKey(name, w)
+	// one element document is complete
+	p.acc.applyDoc(&p.doc)
+	p.doc.reset()
 }
 
 func (p *jsonScan) endNumber() {
@@ -940,9 +1038,10 @@ func (p *jsonScan) addDigit(c byte) {
 }
 
 // onKey decides what the value of the member just read means.
-func (p *jsonScan) onKey(name []byte, w uint64) {
-	p.pend, p.text = pNone, false
-	m := lookupMember(name, w)
+// h is memberHash(w, len(name)), an occupied slot; the caller has set
+// pend and text to none.
+func (p *jsonScan) onKey(h uint, name []byte, w uint64) {
+	m := lookupMemberFrom(h, name, w)
 	if m == nil {
 		return
 	}

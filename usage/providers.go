@@ -166,7 +166,7 @@ var (
 // load and masks off those past n.
 func nameWord(b []byte, n int) uint64 {
 	if len(b) >= 8 {
-		return binary.LittleEndian.Uint64(b) & (^uint64(0) >> (64 - 8*min(n, 8)))
+		return binary.LittleEndian.Uint64(b) & wordMasks[min(uint(n), 8)]
 	}
 	var w uint64
 	for i := n - 1; i >= 0; i-- {
@@ -174,6 +174,9 @@ func nameWord(b []byte, n int) uint64 {
 	}
 	return w
 }
+
+// wordMasks[n] keeps the low n bytes of a word.
+var wordMasks = [9]uint64{0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFF, 0xFFFFFFFFFFFF, 0xFFFFFFFFFFFFFF, ^uint64(0)}
 
 // memberSlots is the size of memberIndex: eight times the names or more,
 // so that a name no table holds seldom meets one that it does.
@@ -189,7 +192,14 @@ func lookupMember(name []byte, w uint64) *member {
 	if len(name) == 0 || len(name) > maxMemberLen {
 		return nil
 	}
-	for h := memberHash(w, len(name)); ; h = (h + 1) & (memberSlots - 1) {
+	return lookupMemberFrom(memberHash(w, len(name)), name, w)
+}
+
+// lookupMemberFrom is lookupMember's probe from slot h, memberHash(w,
+// len(name)). A name that is empty or longer than maxMemberLen matches no
+// entry, so it needs no test of its own here.
+func lookupMemberFrom(h uint, name []byte, w uint64) *member {
+	for ; ; h = (h + 1) & (memberSlots - 1) {
 		i := memberIndex[h]
 		if i == 0 {
 			return nil

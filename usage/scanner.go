@@ -38,15 +38,23 @@ func framingFor(contentType string) Framing {
 		mt = mt[:i]
 	}
 	mt = strings.TrimSpace(mt)
-	switch {
-	case strings.EqualFold(mt, "application/json"):
-		return FramingJSON
-	case strings.EqualFold(mt, "text/event-stream"):
-		return FramingSSE
-	case strings.EqualFold(mt, "application/x-ndjson"):
-		return FramingNDJSON
-	case strings.EqualFold(mt, esCoding):
-		return FramingEventStream
+	switch len(mt) { // EqualFold only where the length can match
+	case len("application/json"):
+		if strings.EqualFold(mt, "application/json") {
+			return FramingJSON
+		}
+	case len("text/event-stream"):
+		if strings.EqualFold(mt, "text/event-stream") {
+			return FramingSSE
+		}
+	case len("application/x-ndjson"):
+		if strings.EqualFold(mt, "application/x-ndjson") {
+			return FramingNDJSON
+		}
+	case len(esCoding):
+		if strings.EqualFold(mt, esCoding) {
+			return FramingEventStream
+		}
 	}
 	return FramingNone
 }

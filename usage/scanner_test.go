@@ -89,6 +89,36 @@ func TestScannerClosed(t *testing.T) {
 	assert.Equal(t, usage.FramingNone, s.Framing())
 }
 
+// TestFramingForContentType: the framing follows the media type whatever
+// its case, its surrounding spaces and its parameters; a type of another
+// length, or the same length but another name, is not scanned.
+func TestFramingForContentType(t *testing.T) {
+	t.Parallel()
+	for ct, want := range map[string]usage.Framing{
+		"application/json":                               usage.FramingJSON,
+		"Application/JSON; charset=utf-8":                usage.FramingJSON,
+		" application/json ;x=y":                         usage.FramingJSON,
+		"text/event-stream":                              usage.FramingSSE,
+		"TEXT/Event-Stream; charset=utf-8":               usage.FramingSSE,
+		"application/x-ndjson":                           usage.FramingNDJSON,
+		"Application/X-NDJSON ; charset=utf-8":           usage.FramingNDJSON,
+		"application/vnd.amazon.eventstream":             usage.FramingEventStream,
+		"APPLICATION/VND.AMAZON.EVENTSTREAM;v=1":         usage.FramingEventStream,
+		"text/plain":                                     usage.FramingNone,
+		"application/jsonx":                              usage.FramingNone,
+		"application/josn":                               usage.FramingNone, // same length, another name
+		"text/event-streaX":                              usage.FramingNone,
+		"application/x-ndjsoN2":                          usage.FramingNone,
+		"application/vnd.amazon.eventstreaM":             usage.FramingEventStream,
+		"application/vnd.amazon.eventstrean":             usage.FramingNone,
+		"":                                               usage.FramingNone,
+		"application/problem+json; charset=utf-8":        usage.FramingNone,
+		"multipart/form-data; boundary=application/json": usage.FramingNone,
+	} {
+		assert.Equal(t, want, usage.NewScanner(ct, "").Framing(), "%q", ct)
+	}
+}
+
 // BenchmarkScan100MB: memory for scanning a 100 MB stream (B/op is the whole
 // run's allocation).
 func BenchmarkScan100MB(b *testing.B) {

@@ -16,9 +16,11 @@ const (
 	// probe is how many bytes Plain tests a word at a time before it
 	// takes a string for long: member names and short values end within.
 	probe = 64
-	// window bounds each long step, so a long string broken by many
-	// escapes is still read in linear time.
-	window = 256
+	// window bounds the first long step, so a long string broken by many
+	// escapes is still read in linear time; each step that finds no stop
+	// doubles the next, up to maxWindow, so a long plain run takes few.
+	window    = 256
+	maxWindow = 4096
 )
 
 // Stops returns the flag bits of eight string bytes read as a
@@ -38,7 +40,8 @@ func controls(x uint64) uint64 { return ((x - ones*0x20) &^ x) & highs }
 // '"', not '\\', not a control byte. It tests the first probe bytes eight
 // at a time (SWAR); past them the string is long, and it finds the next
 // quote and backslash with the runtime's vectorised bytes.IndexByte, then
-// tests the run before them for control bytes 32 bytes a step.
+// tests the run before them for control bytes 64 bytes a step, in steps
+// of 256 bytes that double while they find no stop.
 func Plain(b []byte) int {
 	n := min(len(b), probe)
 	i := 0
@@ -55,8 +58,8 @@ func Plain(b []byte) int {
 		}
 		return i
 	}
-	for i < len(b) {
-		w := b[i:min(len(b), i+window)]
+	for step := window; i < len(b); step = min(2*step, maxWindow) {
+		w := b[i:min(len(b), i+step)]
 		end := len(w)
 		if q := bytes.IndexByte(w, '"'); q >= 0 {
 			end = q
@@ -76,12 +79,14 @@ func Plain(b []byte) int {
 // len(s).
 func firstControl(s []byte) int {
 	i := 0
-	for ; i+32 <= len(s); i += 32 {
-		w := s[i : i+32 : i+32]
-		if controls(binary.LittleEndian.Uint64(w))|controls(binary.LittleEndian.Uint64(w[8:]))|
-			controls(binary.LittleEndian.Uint64(w[16:]))|controls(binary.LittleEndian.Uint64(w[24:])) != 0 {
+	for t := s; len(t) >= 64; t = t[64:] {
+		// controls of eight words, the mask applied once to their union
+		w := t[:64:64]
+		c := ctl(w[0:]) | ctl(w[8:]) | ctl(w[16:]) | ctl(w[24:]) | ctl(w[32:]) | ctl(w[40:]) | ctl(w[48:]) | ctl(w[56:])
+		if c&highs != 0 {
 			break
 		}
+		i += 64
 	}
 	for ; i+8 <= len(s); i += 8 {
 		if m := controls(binary.LittleEndian.Uint64(s[i:])); m != 0 {
@@ -94,4 +99,11 @@ func firstControl(s []byte) int {
 		}
 	}
 	return i
+}
+
+// ctl is controls before its mask: the union of several words' ctl,
+// masked once, is the union of their controls.
+func ctl(b []byte) uint64 {
+	x := binary.LittleEndian.Uint64(b)
+	return (x - ones*0x20) &^ x
 }

@@ -326,6 +326,9 @@ var refTextNames = map[string]bool{
 func refGen(data []byte) int64 {
 	type frame struct{ obj, key bool } // key: an object's next token is a member name
 	dec := json.NewDecoder(bytes.NewReader(data))
+	// A valid number beyond float64's range (1e700) is a token, not an
+	// error that ends the walk early, as doc's decoder reads it.
+	dec.UseNumber()
 	var stack []frame
 	var n int64
 	named := false
