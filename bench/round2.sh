@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Issue 22's interleaved runs: the bench/ test binaries of BEFORE (a commit,
+# default f09dfa6, the code before the round) and of the working tree,
+# alternating, ROUNDS rounds (default 5), each binary running the same
+# benchmarks in every round, so that the machine's drift hits both alike.
+#   BENCHTIME=1s bash bench/round2.sh scaling > bench/scaling-round2.txt
+#   bash bench/round2.sh hot > bench/hot-round2.txt
+#   bash bench/round2.sh middleware > bench/middleware-round2.txt
+#   bash bench/round2.sh redis > bench/redis-round2.txt
+set -euo pipefail
+export GOWORK=off
+cd "$(dirname "$0")/.."
+what=$1
+BEFORE=${BEFORE:-f09dfa6}
+ROUNDS=${ROUNDS:-5}
+tmp=$(mktemp -d)
+trap 'git worktree remove --force "$tmp/before" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+git worktree add --detach -q "$tmp/before" "$BEFORE"
+(cd "$tmp/before/bench" && go test -c -o "$tmp/before.test" .)
+(cd bench && go test -c -o "$tmp/after.test" .)
+case $what in
+scaling) args=(-test.bench 'Decision/(llmrate-4buckets-(default|separate)|go-limiter|x-time-rate-map)/100k' -test.cpu 1,2 -test.benchtime "${BENCHTIME:-300ms}") ;;
+hot) args=(-test.bench 'Decision/(llmrate-4buckets-(default|separate)|go-limiter)/hot' -test.cpu 2 -test.benchtime "${BENCHTIME:-300ms}") ;;
+middleware) args=(-test.bench '^BenchmarkMiddleware$' -test.benchtime 300ms -test.benchmem) ;;
+redis) args=(-test.bench '^BenchmarkMiddlewareRedis$/^distinct$/^(llmrate-middleware-direct|redis_rate)$' -test.benchtime 5000x) ;;
+redisstore) args=(-test.bench '^BenchmarkRedis$/^(llmrate-4buckets-default-unbatched|llmrate-4buckets-default-unbatched-id|redis_rate)$' -test.benchtime 5000x) ;;
+*) echo "usage: $0 scaling|hot|middleware|redis|redisstore" >&2; exit 2 ;;
+esac
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(go version) $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# before = bench test binary of $BEFORE, after = of $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' + uncommitted changes'); each round runs both with: ${args[*]}"
+for r in $(seq "$ROUNDS"); do
+	for bin in before after; do
+		echo "# round $r: $bin"
+		(cd bench && "$tmp/$bin.test" -test.run '^$' "${args[@]}" | grep -E '^Benchmark')
+	done
+done
+echo "# end $(date -u +%Y-%m-%dT%H:%MZ); load: $(cut -d' ' -f1-3 /proc/loadavg)"
