@@ -1,0 +1,109 @@
+package redisstore_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/redisstore"
+)
+
+// TestReview3TimedEntriesOutliveTheirDebts extends TestEntryOutlivesItsDebt
+// (a Solo key, admissions only) to a key in a workspace of its own, on the
+// server's clock: admissions of random sizes, with and without an ID,
+// reconciles charging far past the estimate or refunding, by several
+// scripts (admit.lua, reconcile.lua), and figures changing between calls.
+// After every call both entries must live at least until time alone
+// refills them to full under that call's figures (from the levels the
+// entry holds); and an entry that records its expiry (exp, 48 bytes) must
+// not expire earlier than it records, since later admissions trust it.
+func TestReview3TimedEntriesOutliveTheirDebts(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	for _, batching := range []int{1, 8} {
+		t.Run(fmt.Sprintf("batching=%d", batching), func(t *testing.T) {
+			s := newStore(t, c, redisstore.WithBatching(batching))
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(5, uint64(batching)))
+			figures := []llmrate.Limits{
+				{RequestsPerMinute: 600, TokensPerMinute: 60_000},
+				{RequestsPerMinute: 5, TokensPerMinute: 900},
+				{RequestsPerMinute: 100_000, TokensPerMinute: 50_000_000},
+			}
+			key, ws := "sk-review3", "ws-review3"
+			kname, wname := s.Keys(key, ws)
+			kl, wl := figures[0], figures[0]
+			for i := range 400 {
+				if rng.IntN(8) == 0 {
+					kl, wl = figures[rng.IntN(3)], figures[rng.IntN(3)]
+				}
+				tokens := rng.Int64N(2 * min(kl.TokensPerMinute, wl.TokensPerMinute))
+				r := llmrate.AdmitRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Tokens: tokens}
+				if rng.IntN(2) == 0 {
+					r.ID = llmrate.NewAdmissionID()
+				}
+				d, err := s.Admit(ctx, r)
+				require.NoError(t, err)
+				what := fmt.Sprintf("step %d, admission %+v -> %+v", i, r, d)
+				if d.Allowed && rng.IntN(2) == 0 {
+					rec := llmrate.ReconcileRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Estimate: tokens, ID: r.ID}
+					switch rng.IntN(3) {
+					case 0:
+						rec.Refund = true
+					default:
+						rec.Actual = rng.Int64N(6 * max(kl.TokensPerMinute, wl.TokensPerMinute))
+					}
+					require.NoError(t, s.Reconcile(ctx, rec))
+					what = fmt.Sprintf("step %d, reconcile %+v", i, rec)
+				}
+				review3CheckEntry(t, c, kname, kl, what)
+				review3CheckEntry(t, c, wname, wl, what)
+			}
+		})
+	}
+}
+
+// review3CheckEntry checks that the entry at name lives until time alone
+// refills it to full under lim, and no earlier than its recorded exp.
+func review3CheckEntry(t *testing.T, c *redis.Client, name string, lim llmrate.Limits, what string) {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	v, err := c.Get(ctx, name).Bytes()
+	require.NoError(t, err, "%s: entry %s missing", what, name)
+	ttl, err := c.PTTL(ctx, name).Result()
+	require.NoError(t, err)
+	now, err := c.Time(ctx).Result()
+	require.NoError(t, err)
+	elapsed := time.Since(start)
+	require.True(t, len(v) == 40 || len(v) == 48, "%s: entry of %d bytes", what, len(v))
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[8*i:])) }
+	rl, tl := f(1), f(3)
+	need := 0.0
+	if c := float64(2 * lim.RequestsPerMinute); rl < c {
+		need = max(need, (c-rl)*60000/float64(lim.RequestsPerMinute))
+	}
+	if c := float64(2 * lim.TokensPerMinute); tl < c {
+		need = max(need, (c-tl)*60000/float64(lim.TokensPerMinute))
+	}
+	needD := time.Duration(math.Ceil(need)) * time.Millisecond
+	if ttl+elapsed < needD {
+		t.Errorf("%s: entry %s (%d bytes, requests %v, tokens %v) expires in %v, before it is full again (%v): its debt would be forgotten", what, name, len(v), rl, tl, ttl, needD)
+	}
+	if len(v) == 48 {
+		exp := time.UnixMicro(int64(f(5)))
+		recorded := exp.Sub(now)
+		if ttl+elapsed+2*time.Millisecond < recorded {
+			t.Errorf("%s: entry %s records its expiry %v from now but expires in %v", what, name, recorded, ttl)
+		}
+	}
+}
