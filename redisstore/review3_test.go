@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmrate/llmrate"
@@ -105,5 +106,43 @@ func review3CheckEntry(t *testing.T, c *redis.Client, name string, lim llmrate.L
 		if ttl+elapsed+2*time.Millisecond < recorded {
 			t.Errorf("%s: entry %s records its expiry %v from now but expires in %v", what, name, recorded, ttl)
 		}
+	}
+}
+
+// TestReview3DebtUnderSmallerFigures: a key that ran into debt under large
+// figures (a tier of 10^12 tokens a minute, a reconcile charging twice its
+// capacity) and is then held to small ones (a tier change to 1 token a
+// minute) owes for longer than any expiry Redis can be given in ms written
+// as a Lua number. The memory store decides on (refusing, as the debt
+// requires); Redis must too, on its own clock and on the caller's.
+func TestReview3DebtUnderSmallerFigures(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	for _, clocked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("clock=%v", clocked), func(t *testing.T) {
+			now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+			var opts []redisstore.Option
+			if clocked {
+				opts = append(opts, redisstore.WithClock(func() time.Time { return now }))
+			}
+			s := newStore(t, c, append(opts, redisstore.WithBatching(1))...)
+			mem := llmrate.NewMemoryStore()
+			ctx := context.Background()
+			big := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: llmrate.MaxPerMinute}
+			small := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 1}
+			key := "sk-review3-debt-" + fmt.Sprint(clocked)
+			for _, st := range []llmrate.Store{mem, s} {
+				r := llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: big, WorkspaceLimits: big, Tokens: 1000, Solo: true, Now: now}
+				d, err := st.Admit(ctx, r)
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+				rec := llmrate.ReconcileRequest{Key: key, Workspace: key, KeyLimits: big, WorkspaceLimits: big, Estimate: 1000, Actual: 4 * llmrate.MaxPerMinute, Solo: true, Now: now}
+				require.NoError(t, st.Reconcile(ctx, rec), "%T: the reconcile into debt", st)
+				r.KeyLimits, r.WorkspaceLimits, r.Tokens = small, small, 1
+				d, err = st.Admit(ctx, r)
+				require.NoError(t, err, "%T: the admission under the smaller figures", st)
+				assert.False(t, d.Allowed, "%T: a key deep in debt admitted", st)
+			}
+		})
 	}
 }
