@@ -298,3 +298,66 @@ func review3Quote(b []byte) string {
 	}
 	return fmt.Sprintf("%q", b)
 }
+
+// TestReview3EveryBoundaryOfLongDocuments: documents whose strings run
+// past jsonrun's long steps (256, 512, ... 4096 bytes), with an escape, a
+// multi-byte character or a structure-looking text placed just before and
+// after each step's end, written in two writes split at every byte, and in
+// three writes split at every byte around each step's end.
+func TestReview3EveryBoundaryOfLongDocuments(t *testing.T) {
+	run := func(n int, at int, ins string) string {
+		var b strings.Builder
+		for i := 0; b.Len() < n; i++ {
+			if b.Len() >= at && b.Len() < at+len(ins)+1 && ins != "" {
+				b.WriteString(ins)
+				ins = ""
+				continue
+			}
+			b.WriteByte(byte('a' + i%26))
+		}
+		return b.String()
+	}
+	var docs []string
+	for _, at := range []int{60, 255, 256, 270, 511, 767, 1790, 3839, 4094, 7935, 8191} {
+		for _, ins := range []string{`\"`, `\u00e9`, `\ud83d\ude00`, "é", `{\"usage\":{\"prompt_tokens\":9}}`, `\\`} {
+			docs = append(docs, `{"choices":[{"delta":{"content":"`+run(at+300, at, ins)+`"}}],"usage":{"prompt_tokens":12,"completion_tokens":34}}`)
+		}
+	}
+	// A long member name that is not one (and a long text after it).
+	docs = append(docs, `{"`+run(5000, 4000, `\"`)+`":"x","text":"`+run(5000, 4095, `\n`)+`","usage":{"input_tokens":5,"output_tokens":6}}`)
+	checked := 0
+	for d, doc := range docs {
+		body := []byte(doc)
+		want := usageref.Body("application/json", body)
+		if !want.Reported || want.Gen == 0 {
+			t.Fatalf("doc %d: the reference finds no usage or text: %+v", d, want)
+		}
+		write := func(cuts ...int) {
+			s := usage.NewScanner("application/json", "")
+			prev := 0
+			for _, c := range cuts {
+				_, _ = s.Write(body[prev:c])
+				prev = c
+			}
+			_, _ = s.Write(body[prev:])
+			if what := agrees(s.Finish(), want, body); what != "" {
+				t.Fatalf("doc %d split at %v: %s", d, cuts, what)
+			}
+			checked++
+		}
+		for c := 1; c < len(body); c++ {
+			write(c)
+		}
+		if testing.Short() {
+			continue
+		}
+		for _, step := range []int{256, 512, 1024, 2048, 4096, 8192} {
+			for c := max(1, step-40); c < min(len(body)-1, step+80); c++ {
+				for c2 := c + 1; c2 < min(len(body), c+300); c2 += 13 {
+					write(c, c2)
+				}
+			}
+		}
+	}
+	t.Logf("%d documents, %d ways of writing them", len(docs), checked)
+}
