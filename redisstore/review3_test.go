@@ -146,3 +146,49 @@ func TestReview3DebtUnderSmallerFigures(t *testing.T) {
 		})
 	}
 }
+
+// TestReview3RepeatedIDNonSolo: admit.lua's identity record for a key in a
+// workspace of its own, with and without a model entry (KEYS[3]): the
+// same admission sent twice is answered with its first decision and
+// debits once; a refused one is not recorded, so sent again once the
+// bucket has refilled it is admitted. As the memory store does.
+func TestReview3RepeatedIDNonSolo(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr)
+	for _, model := range []string{"", "gpt-4o*"} {
+		t.Run("model="+model, func(t *testing.T) {
+			now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+			clock := func() time.Time { return now }
+			rs := newStore(t, c, redisstore.WithClock(clock), redisstore.WithBatching(1))
+			mem := llmrate.NewMemoryStore()
+			ctx := context.Background()
+			kl := llmrate.Limits{RequestsPerMinute: 60, TokensPerMinute: 600}
+			wl := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 100_000}
+			req := func(id string, tokens int64) llmrate.AdmitRequest {
+				return llmrate.AdmitRequest{Key: "sk-rep", Workspace: "ws-rep", Model: model, KeyLimits: kl, WorkspaceLimits: wl, Tokens: tokens, ID: id, Now: now}
+			}
+			for _, st := range []llmrate.Store{mem, rs} {
+				now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+				a := req("id-a", 700)
+				d1, err := st.Admit(ctx, a)
+				require.NoError(t, err)
+				require.True(t, d1.Allowed, "%T", st)
+				d2, err := st.Admit(ctx, a)
+				require.NoError(t, err)
+				d1.Receipt, d2.Receipt = "", ""
+				assert.Equal(t, d1, d2, "%T: a repeat gets the first decision", st)
+				b := req("id-b", 600) // 500 tokens left: refused
+				d3, err := st.Admit(ctx, b)
+				require.NoError(t, err)
+				require.False(t, d3.Allowed, "%T", st)
+				assert.Equal(t, int64(1200-700), d3.Remaining[llmrate.KeyTokens], "%T: debited once", st)
+				now = now.Add(10 * time.Second) // +100 tokens: 600 fit
+				b.Now = now
+				d4, err := st.Admit(ctx, b)
+				require.NoError(t, err)
+				assert.True(t, d4.Allowed, "%T: a refused admission was recorded", st)
+				assert.Equal(t, int64(0), d4.Remaining[llmrate.KeyTokens], "%T", st)
+			}
+		})
+	}
+}
