@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -115,15 +114,6 @@ func runAdmissions(b *testing.B, c *redis.Client, g int, run func()) {
 	// other work on the machine moves less than it moves wall time.
 	b.ReportMetric((clientCPU()-client0).Seconds()*1e6/float64(b.N), "client-cpu-us/op")
 	b.ReportMetric((serverCPU(b, c)-server0).Seconds()*1e6/float64(b.N), "server-cpu-us/op")
-}
-
-// clientCPU is the CPU time this process has used, user and system.
-func clientCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // serverCPU is the CPU time redis-server has used, user and system, as its

@@ -139,12 +139,14 @@ end
 -- of the caller's, an entry is written as the other scripts write it,
 -- without exp, its expiry set as needed.
 local EXTRA = 10000
+local MAXPX = 1e14 -- as arith.lua's: about 3,170 years, in plain digits
 local px, q = 1000, 0
 if wr < 2 * wrr then px = math.ceil((2 * wrr - wr) * 60000 / wrr) + 1000 end
 if wt < 2 * wtr then
   q = math.ceil((2 * wtr - wt) * 60000 / wtr) + 1000
   if q > px then px = q end
 end
+px = math.min(px, MAXPX)
 if not timed then
   redis.call("SET", wkey, struct.pack("<ddddd", wl, wr, wrf, wt, wtf), "PX", px)
 elseif wexp and now + px * 1000 <= wexp then
@@ -160,6 +162,7 @@ if not solo then
     q = math.ceil((2 * ktr - kt) * 60000 / ktr) + 1000
     if q > px then px = q end
   end
+  px = math.min(px, MAXPX)
   if not timed then
     redis.call("SET", kkey, struct.pack("<ddddd", kl, kr, krf, kt, ktf), "PX", px)
   elseif kexp and now + px * 1000 <= kexp then

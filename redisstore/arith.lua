@@ -66,11 +66,18 @@ local function wait(level, frac, n, rate, cap)
   return q + 1, false
 end
 
+-- MAXPX is the longest expiry set, in ms (about 3,170 years): Redis reads
+-- a number Lua hands it only in plain digits, which it gets below 1e17,
+-- and a debt run up under large figures can take longer than that to
+-- refill under small ones.
+local MAXPX = 1e14
+
 -- ttl returns milliseconds until time alone refills the bucket to full, with
--- a one-second margin, so a key never expires while it still owes.
+-- a one-second margin, so a key never expires while it still owes (at most
+-- MAXPX).
 local function ttl(level, rate, cap)
   if level >= cap then return 1000 end
-  return math.ceil((cap - level) * 60000 / rate) + 1000
+  return math.min(math.ceil((cap - level) * 60000 / rate) + 1000, MAXPX)
 end
 
 local function now_us(arg)

@@ -239,7 +239,7 @@ func TestReview3LongStringsRandomWrites(t *testing.T) {
 	if v, _ := strconv.Atoi(os.Getenv("REVIEW3_DOCS")); v > 0 {
 		docs = v
 	}
-	if testing.Short() {
+	if testing.Short() || raceDetector {
 		docs = 200
 	}
 	for _, ct := range []string{"application/json", "text/event-stream", "application/x-ndjson"} {
@@ -345,10 +345,16 @@ func TestReview3EveryBoundaryOfLongDocuments(t *testing.T) {
 			}
 			checked++
 		}
-		for c := 1; c < len(body); c++ {
+		// Under the race detector (ten times slower) every third cut, and
+		// the two-cut pass for one document in six.
+		every := 1
+		if raceDetector {
+			every = 3
+		}
+		for c := 1; c < len(body); c += every {
 			write(c)
 		}
-		if testing.Short() {
+		if testing.Short() || raceDetector && d%6 != 0 {
 			continue
 		}
 		for _, step := range []int{256, 512, 1024, 2048, 4096, 8192} {
