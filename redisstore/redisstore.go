@@ -112,8 +112,9 @@
 // (Resends counts these), and go-redis may too (MaxRetries). A repeated
 // admission is answered with its first decision and debits nothing again;
 // a repeated reconcile is not applied again. The records cost the server
-// about 20,200 instructions per admission (a GET and a SET of a new key
-// with its expiry), on a call of about 56,000 without them (+36%:
+// about 19,100 to 20,200 instructions per admission (a GET and a SET of a
+// new key with its expiry), on a call of about 56,000 to 57,000 without
+// them (+34–36%, two runs:
 // redis-server 7.0 under cachegrind, one hot key, one admission per call,
 // bench/redis-script-cost.txt).
 //
