@@ -22,7 +22,7 @@ case $what in
 scaling) args=(-test.bench 'Decision/(llmrate-4buckets-(default|separate)|go-limiter|x-time-rate-map)/100k' -test.cpu 1,2 -test.benchtime "${BENCHTIME:-300ms}") ;;
 hot) args=(-test.bench 'Decision/(llmrate-4buckets-(default|separate)|go-limiter)/hot' -test.cpu 2 -test.benchtime "${BENCHTIME:-300ms}") ;;
 middleware) args=(-test.bench '^BenchmarkMiddleware$' -test.benchtime 300ms -test.benchmem) ;;
-redis) args=(-test.bench '^BenchmarkMiddlewareRedis$/^distinct$/^(llmrate-middleware-direct|redis_rate)$' -test.benchtime "${OPS:-5000}x") ;;
+redis) args=(-test.bench '^BenchmarkMiddlewareRedis$/^distinct$/^(llmrate-middleware-direct|redis_rate)$' -test.benchtime "${OPS:-5000}x" -test.benchmem) ;;
 redisstore) args=(-test.bench '^BenchmarkRedis$/^(llmrate-4buckets-default-unbatched|llmrate-4buckets-default-unbatched-id|redis_rate)$' -test.benchtime 5000x) ;;
 *) echo "usage: $0 scaling|hot|middleware|redis|redisstore" >&2; exit 2 ;;
 esac
