@@ -67,7 +67,10 @@ func newStoreCaller(s Store, timeout time.Duration, maxCalls int) *storeCaller {
 
 func (c *storeCaller) admit(parent context.Context, req AdmitRequest) (Decision, error) {
 	if c.direct {
-		return c.admitDirect(parent, &req)
+		// callDirect does not keep its f, so this closure and req stay on
+		// the stack; callStore's would move them to the heap on every
+		// admission (its guarded path hands f to a goroutine).
+		return callDirect(c, parent, func(ctx context.Context) (Decision, error) { return c.store.Admit(ctx, req) })
 	}
 	return c.admitGuarded(parent, req)
 }
@@ -76,24 +79,6 @@ func (c *storeCaller) admit(parent context.Context, req AdmitRequest) (Decision,
 // that the closure's capture of req costs only this path.
 func (c *storeCaller) admitGuarded(parent context.Context, req AdmitRequest) (Decision, error) {
 	return callStore(c, parent, func(ctx context.Context) (Decision, error) { return c.store.Admit(ctx, req) })
-}
-
-// admitDirect is callStore's direct path for an admission, written out:
-// without callStore's closure, which would move the request to the heap on
-// every admission.
-func (c *storeCaller) admitDirect(parent context.Context, req *AdmitRequest) (d Decision, err error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.timeout)
-	defer cancel()
-	defer func() {
-		if p := recover(); p != nil {
-			d, err = Decision{}, &PanicError{Where: "store", Value: p}
-		}
-	}()
-	d, err = c.store.Admit(ctx, *req)
-	if err != nil && ctx.Err() != nil {
-		err = fmt.Errorf("%w after %v: %w", ErrStoreTimeout, c.timeout, err)
-	}
-	return d, err
 }
 
 func (c *storeCaller) reconcile(parent context.Context, req ReconcileRequest) error {
@@ -108,11 +93,11 @@ func (c *storeCaller) reconcile(parent context.Context, req ReconcileRequest) er
 // charge reconciled), its values are. A panic inside the store is returned
 // as a *PanicError.
 func callStore[T any](c *storeCaller, parent context.Context, f func(context.Context) (T, error)) (T, error) {
+	if c.direct {
+		return callDirect(c, parent, f)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.timeout)
 	defer cancel()
-	if c.direct {
-		return callDirect(ctx, c.timeout, f)
-	}
 	select {
 	case c.slots <- struct{}{}:
 	default:
@@ -147,9 +132,13 @@ func callStore[T any](c *storeCaller, parent context.Context, f func(context.Con
 	}
 }
 
-// callDirect calls f on this goroutine: the store has promised to return
-// once ctx is done.
-func callDirect[T any](ctx context.Context, timeout time.Duration, f func(context.Context) (T, error)) (v T, err error) {
+// callDirect is callStore for a store that honours its context: f runs on
+// this goroutine, bounded by the store timeout (the store has promised to
+// return once its context is done). A panic inside it is returned as a
+// *PanicError.
+func callDirect[T any](c *storeCaller, parent context.Context, f func(context.Context) (T, error)) (v T, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.timeout)
+	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
 			var zero T
@@ -158,7 +147,7 @@ func callDirect[T any](ctx context.Context, timeout time.Duration, f func(contex
 	}()
 	v, err = f(ctx)
 	if err != nil && ctx.Err() != nil {
-		err = fmt.Errorf("%w after %v: %w", ErrStoreTimeout, timeout, err)
+		err = fmt.Errorf("%w after %v: %w", ErrStoreTimeout, c.timeout, err)
 	}
 	return v, err
 }

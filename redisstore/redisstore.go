@@ -481,7 +481,25 @@ func (s *Store) ModelKeys(key, workspace, model string) (keyEntry, workspaceEntr
 func (s *Store) names(key, workspace, model string, solo bool) (keyEntry, workspaceEntry string) {
 	m := s.macs.Get().(*mac)
 	defer s.macs.Put(m)
-	b := append(m.name[:0], s.prefix...)
+	b := s.appendEntryPrefix(m, m.name[:0], workspace, model)
+	n := len(b)
+	b = append(b, 'w')
+	workspaceEntry = string(b)
+	if solo {
+		m.name = b
+		return workspaceEntry, workspaceEntry
+	}
+	b = m.appendHash(append(b[:n], "k:"...), 'k', key)
+	m.name = b
+	return string(b), workspaceEntry
+}
+
+// appendEntryPrefix appends to b what the names of workspace's entries
+// (for model, its model entries) begin with: the store's prefix, the
+// workspace's hash tag, and the model's hash. The workspace's entry adds
+// "w", a key's "k:" and the key's hash.
+func (s *Store) appendEntryPrefix(m *mac, b []byte, workspace, model string) []byte {
+	b = append(b, s.prefix...)
 	b = append(b, ":{"...)
 	b = m.appendHash(b, 'w', workspace)
 	b = append(b, "}:"...)
@@ -490,17 +508,7 @@ func (s *Store) names(key, workspace, model string, solo bool) (keyEntry, worksp
 		b = m.appendHash(b, 'm', model)
 		b = append(b, ':')
 	}
-	n := len(b)
-	b = append(b, 'w')
-	workspaceEntry = string(b)
-	if solo {
-		m.name = b
-		return workspaceEntry, workspaceEntry
-	}
-	b = append(b[:n], "k:"...)
-	b = m.appendHash(b, 'k', key)
-	m.name = b
-	return string(b), workspaceEntry
+	return b
 }
 
 // mac is a reusable HMAC state keyed with the store's secret, with scratch
@@ -729,27 +737,17 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 func (s *Store) admitCall(r *llmrate.AdmitRequest) (keys []string, args []any) {
 	m := s.macs.Get().(*mac)
 	defer s.macs.Put(m)
-	b := append(m.name[:0], s.prefix...)
-	b = append(b, ":{"...)
-	b = m.appendHash(b, 'w', r.Workspace)
-	b = append(b, "}:"...)
-	if r.Model != "" {
-		b = append(b, "m:"...)
-		b = m.appendHash(b, 'm', r.Model)
-		b = append(b, ':')
-	}
+	b := s.appendEntryPrefix(m, m.name[:0], r.Workspace, r.Model)
 	base := len(b)
 	b = append(b, 'w')
 	wEnd, idEnd := len(b), 0
 	if r.ID != "" {
-		b = append(append(b, ":a:"...), r.ID...)
+		b = append(append(b, ":a:"...), r.ID...) // idKey(workspace entry, 'a', ID)
 		idEnd = len(b)
 	}
 	kStart := len(b)
 	if !r.Solo { // solo: the key's entry is the workspace's, not named
-		b = append(b, b[:base]...)
-		b = append(b, "k:"...)
-		b = m.appendHash(b, 'k', r.Key)
+		b = m.appendHash(append(append(b, b[:base]...), "k:"...), 'k', r.Key)
 	}
 	argAt := len(b)
 	b = appendAloneArg(b, r, s.clock)
