@@ -383,6 +383,11 @@ func shardIndex(h uint64) uint64 { return h >> 57 & (memShards - 1) }
 // (releasePair) and then the shards.
 func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
 	pk, wh := s.hashes(key, workspace, model)
+	return s.lockHashed(pk, wh, kl, wl, now)
+}
+
+// lockHashed is lock for the entries' hashes.
+func (s *MemoryStore) lockHashed(pk, wh uint64, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
 	ks, wsh = s.shards(pk, wh)
 	ks.mu.Lock()
 	wsh.mu.Lock()
@@ -410,15 +415,9 @@ func (s *MemoryStore) pair(key, workspace, model string, kl, wl Limits, now int6
 		}
 		ke.unlock() // the locked path takes the shards' locks first
 	}
-	ks.mu.Lock()
-	wsh.mu.Lock()
-	ke = getEntry(ks, s.perShard, pk, kl, now, &ev)
-	we = getEntry(wsh, s.perShard, wh, wl, now, &ev)
+	ks, wsh, ke, we, ev = s.lockHashed(pk, wh, kl, wl, now)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
-	ke.advance(now, kl)
-	we.advance(now, wl)
-	we.mark.setSolo(false)
 	return ks, wsh, ke, we, ev
 }
 
@@ -448,7 +447,11 @@ func (s *MemoryStore) noteEvictions(ev evicted) {
 // created full if absent and advanced to now, with its shard: both locked.
 // The caller releases the entry, then the shard.
 func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (sh *memShard, e *entry, ev evicted) {
-	wh := s.workspaceHash(workspace, model)
+	return s.soloHashed(s.workspaceHash(workspace, model), lim, now)
+}
+
+// soloHashed is solo for the entry's hash.
+func (s *MemoryStore) soloHashed(wh uint64, lim Limits, now int64) (sh *memShard, e *entry, ev evicted) {
 	sh = &s.ws[shardIndex(wh)]
 	sh.mu.Lock()
 	e = getEntry(sh, s.perShard, wh, lim, now, &ev)
@@ -464,9 +467,9 @@ func (s *MemoryStore) soloEntry(workspace, model string, lim Limits, now int64) 
 	wh := s.workspaceHash(workspace, model)
 	sh = &s.ws[shardIndex(wh)]
 	if e = sh.t.lookup(wh); e == nil {
-		sh.mu.Lock()
-		e = getEntry(sh, s.perShard, wh, lim, now, &ev)
+		sh, e, ev = s.soloHashed(wh, lim, now)
 		sh.mu.Unlock()
+		return sh, e, ev
 	}
 	e.advance(now, lim)
 	e.mark.setSolo(true)
