@@ -6,13 +6,13 @@ import (
 	"testing"
 )
 
-// TestReview2LimiterFillsMemoryIDTable: memidentity.go says the limiter
+// TestLimiterFillsMemoryIDTable: memidentity.go says the limiter
 // sends no identity to the memory store, "so only direct callers pay for"
 // the identity table. Under a gauge (ConcurrentRequests) it does send one
 // with every admission and reconcile: each gauged request leaves an
 // admission record for 5 s and a reconcile record for 30 s in the table,
 // though an in-process call never loses a reply.
-func TestReview2LimiterFillsMemoryIDTable(t *testing.T) {
+func TestLimiterFillsMemoryIDTable(t *testing.T) {
 	store := NewMemoryStore()
 	lim := Limits{RequestsPerMinute: 100_000, TokensPerMinute: 10_000_000, ConcurrentRequests: 8}
 	l, err := New(WithStore(store), WithTiers(TierTable{Free: lim, Developer: lim, Team: lim, Growth: lim, Scale: lim, Enterprise: lim}))

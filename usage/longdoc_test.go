@@ -23,14 +23,14 @@ import (
 // in writes of random sizes, from one byte to several KiB, comparing with
 // the encoding/json reference.
 
-// review3Gen builds random JSON-ish documents.
-type review3Gen struct {
+// longDocGen builds random JSON-ish documents.
+type longDocGen struct {
 	r   *rand.Rand
 	b   strings.Builder
 	bad int // 0 or 2, 3: how many invalid shapes number and value may pick
 }
 
-var review3Names = []string{
+var longDocNames = []string{
 	"usage", "prompt_tokens", "completion_tokens", "total_tokens", "input_tokens", "output_tokens",
 	"cache_read_input_tokens", "cache_creation_input_tokens", "prompt_tokens_details", "cached_tokens",
 	"completion_tokens_details", "reasoning_tokens", "usageMetadata", "promptTokenCount",
@@ -40,7 +40,7 @@ var review3Names = []string{
 	"cont\\u0065nt", "us\\u0061ge", "content\\n", "",
 }
 
-func (g *review3Gen) str(long bool) {
+func (g *longDocGen) str(long bool) {
 	g.b.WriteByte('"')
 	n := g.r.IntN(12)
 	if long {
@@ -75,12 +75,12 @@ func (g *review3Gen) str(long bool) {
 	g.b.WriteByte('"')
 }
 
-func (g *review3Gen) number() {
+func (g *longDocGen) number() {
 	g.b.WriteString([]string{"0", "1", "-1", "7", "123456", "9223372036854775807", "9223372036854775808",
 		"1e3", "1.5", "-0", "1e700", "12.0", "2E+2", "3e-1", "18446744073709551616", "01", "1.", "-"}[g.r.IntN(15+g.bad)])
 }
 
-func (g *review3Gen) value(depth int) {
+func (g *longDocGen) value(depth int) {
 	switch k := g.r.IntN(10); {
 	case k < 3:
 		g.str(g.r.IntN(3) == 0)
@@ -105,20 +105,20 @@ func (g *review3Gen) value(depth int) {
 	}
 }
 
-func (g *review3Gen) ws() {
+func (g *longDocGen) ws() {
 	if g.r.IntN(4) == 0 {
 		g.b.WriteString([]string{" ", "\n", "\t ", "\r\n  "}[g.r.IntN(4)])
 	}
 }
 
-func (g *review3Gen) object(depth int) {
+func (g *longDocGen) object(depth int) {
 	g.b.WriteByte('{')
 	for i := range g.r.IntN(6) {
 		if i > 0 {
 			g.b.WriteByte(',')
 		}
 		g.ws()
-		g.b.WriteString(`"` + review3Names[g.r.IntN(len(review3Names))] + `"`)
+		g.b.WriteString(`"` + longDocNames[g.r.IntN(len(longDocNames))] + `"`)
 		g.ws()
 		g.b.WriteByte(':')
 		g.ws()
@@ -130,10 +130,10 @@ func (g *review3Gen) object(depth int) {
 
 // template writes a provider-shaped document: text members with long
 // strings, a usage object of token counts, random members in between.
-func (g *review3Gen) template() {
+func (g *longDocGen) template() {
 	extra := func() {
 		if g.r.IntN(2) == 0 {
-			g.b.WriteString(`"` + review3Names[g.r.IntN(len(review3Names))] + `":`)
+			g.b.WriteString(`"` + longDocNames[g.r.IntN(len(longDocNames))] + `":`)
 			g.value(3)
 			g.b.WriteByte(',')
 		}
@@ -185,7 +185,7 @@ func (g *review3Gen) template() {
 	g.b.WriteByte('}')
 }
 
-func (g *review3Gen) doc() []byte {
+func (g *longDocGen) doc() []byte {
 	g.b.Reset()
 	g.bad = 0
 	if g.r.IntN(5) == 0 {
@@ -210,8 +210,8 @@ func (g *review3Gen) doc() []byte {
 	return b
 }
 
-// review3Scan writes body in writes of random sizes (1 byte to several KiB).
-func review3Scan(r *rand.Rand, ct string, body []byte) (usage.Result, []int) {
+// scanSplit writes body in writes of random sizes (1 byte to several KiB).
+func scanSplit(r *rand.Rand, ct string, body []byte) (usage.Result, []int) {
 	s := usage.NewScanner(ct, "")
 	var sizes []int
 	for len(body) > 0 {
@@ -234,9 +234,9 @@ func review3Scan(r *rand.Rand, ct string, body []byte) (usage.Result, []int) {
 	return s.Finish(), sizes
 }
 
-func TestReview3LongStringsRandomWrites(t *testing.T) {
+func TestLongStringsRandomWrites(t *testing.T) {
 	docs := 1500
-	if v, _ := strconv.Atoi(os.Getenv("REVIEW3_DOCS")); v > 0 {
+	if v, _ := strconv.Atoi(os.Getenv("LONGDOC_DOCS")); v > 0 {
 		docs = v
 	}
 	if testing.Short() || raceDetector {
@@ -244,9 +244,9 @@ func TestReview3LongStringsRandomWrites(t *testing.T) {
 	}
 	for _, ct := range []string{"application/json", "text/event-stream", "application/x-ndjson"} {
 		t.Run(strings.ReplaceAll(ct, "/", "_"), func(t *testing.T) {
-			seed, _ := strconv.ParseUint(os.Getenv("REVIEW3_SEED"), 10, 64)
+			seed, _ := strconv.ParseUint(os.Getenv("LONGDOC_SEED"), 10, 64)
 			r := rand.New(rand.NewPCG(3+seed, uint64(len(ct))))
-			g := &review3Gen{r: r}
+			g := &longDocGen{r: r}
 			fails, valid, reported, gen := 0, 0, 0, 0
 			for i := 0; i < docs && fails < 3; i++ {
 				var body []byte
@@ -276,10 +276,10 @@ func TestReview3LongStringsRandomWrites(t *testing.T) {
 					gen++
 				}
 				for try := range 4 {
-					got, sizes := review3Scan(r, ct, body)
+					got, sizes := scanSplit(r, ct, body)
 					if what := agrees(got, want, body); what != "" {
 						fails++
-						t.Errorf("doc %d try %d, writes %v: %s: scanner %+v != reference %+v for %s", i, try, sizes, what, got, want, review3Quote(body))
+						t.Errorf("doc %d try %d, writes %v: %s: scanner %+v != reference %+v for %s", i, try, sizes, what, got, want, quoteLong(body))
 						break
 					}
 				}
@@ -292,19 +292,19 @@ func TestReview3LongStringsRandomWrites(t *testing.T) {
 	}
 }
 
-func review3Quote(b []byte) string {
+func quoteLong(b []byte) string {
 	if len(b) > 600 {
 		return fmt.Sprintf("%q ... (%d bytes) ... %q", b[:300], len(b), b[len(b)-300:])
 	}
 	return fmt.Sprintf("%q", b)
 }
 
-// TestReview3EveryBoundaryOfLongDocuments: documents whose strings run
+// TestEveryBoundaryOfLongDocuments: documents whose strings run
 // past jsonrun's long steps (256, 512, ... 4096 bytes), with an escape, a
 // multi-byte character or a structure-looking text placed just before and
 // after each step's end, written in two writes split at every byte, and in
 // three writes split at every byte around each step's end.
-func TestReview3EveryBoundaryOfLongDocuments(t *testing.T) {
+func TestEveryBoundaryOfLongDocuments(t *testing.T) {
 	run := func(n int, at int, ins string) string {
 		var b strings.Builder
 		for i := 0; b.Len() < n; i++ {

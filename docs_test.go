@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// TestReview3DocsCiteExistingFiles: every file of bench/ that README.md and
+// TestDocsCiteExistingFiles: every file of bench/ that README.md and
 // BENCHMARKS.md cite as the evidence of a figure is in the repository, so
 // that a reader can check the figure.
-func TestReview3DocsCiteExistingFiles(t *testing.T) {
+func TestDocsCiteExistingFiles(t *testing.T) {
 	cite := regexp.MustCompile(`bench/[A-Za-z0-9_./-]+\.(?:txt|sh|go)`)
 	for _, doc := range []string{"README.md", "BENCHMARKS.md"} {
 		b, err := os.ReadFile(doc)

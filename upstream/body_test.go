@@ -14,11 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Review: RoundTrip's doc says it closes the request's body on every path.
+// RoundTrip's doc says it closes the request's body on every path.
 // A body above MaxReplayBody with GetBody is replayed from GetBody after a
 // provider 429; when the next key's Authorize panics, the body GetBody
 // returned for that attempt is never closed (nor sent).
-func TestReviewGetBodyClosedWhenAuthorizePanics(t *testing.T) {
+func TestGetBodyClosedWhenAuthorizePanics(t *testing.T) {
 	p := newProvider(t)
 	p.on("sk-a", tooMany("Retry-After", "5"))
 	keys := []upstream.Key{

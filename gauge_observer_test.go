@@ -22,12 +22,12 @@ func (p *panicOnce) Reconciled(llmrate.ReconcileEvent) {}
 func (p *panicOnce) FailedOpen(llmrate.FailOpenEvent)  {}
 func (p *panicOnce) Evicted()                          {}
 
-// TestReview2GaugeSlotLeakedWhenDecidedPanics: the store admitted the
+// TestGaugeSlotReleasedWhenDecidedPanics: the store admitted the
 // request and took its gauge slot, then the Observer's Decided panicked;
 // the limiter fails the request open (forwards it) but never reconciles it,
 // so the slot is never released: with ConcurrentRequests 1 the key is
 // refused forever after, though nothing is in flight.
-func TestReview2GaugeSlotLeakedWhenDecidedPanics(t *testing.T) {
+func TestGaugeSlotReleasedWhenDecidedPanics(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, okHandler, llmrate.WithTiers(capped(1000, 100_000, 1)), llmrate.WithObserver(&panicOnce{}))
 	require.Equal(t, http.StatusOK, h.send("sk-a", 0).Code, "the faulted request fails open")

@@ -18,7 +18,7 @@ import (
 	"github.com/llmrate/llmrate/redisstore"
 )
 
-// TestReview3TimedEntriesOutliveTheirDebts extends TestEntryOutlivesItsDebt
+// TestTimedEntriesOutliveTheirDebts extends TestEntryOutlivesItsDebt
 // (a Solo key, admissions only) to a key in a workspace of its own, on the
 // server's clock: admissions of random sizes, with and without an ID,
 // reconciles charging far past the estimate or refunding, by several
@@ -27,7 +27,7 @@ import (
 // refills them to full under that call's figures (from the levels the
 // entry holds); and an entry that records its expiry (exp, 48 bytes) must
 // not expire earlier than it records, since later admissions trust it.
-func TestReview3TimedEntriesOutliveTheirDebts(t *testing.T) {
+func TestTimedEntriesOutliveTheirDebts(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
 	for _, batching := range []int{1, 8} {
@@ -40,7 +40,7 @@ func TestReview3TimedEntriesOutliveTheirDebts(t *testing.T) {
 				{RequestsPerMinute: 5, TokensPerMinute: 900},
 				{RequestsPerMinute: 100_000, TokensPerMinute: 50_000_000},
 			}
-			key, ws := "sk-review3", "ws-review3"
+			key, ws := "sk-entry", "ws-entry"
 			kname, wname := s.Keys(key, ws)
 			kl, wl := figures[0], figures[0]
 			for i := range 400 {
@@ -66,16 +66,16 @@ func TestReview3TimedEntriesOutliveTheirDebts(t *testing.T) {
 					require.NoError(t, s.Reconcile(ctx, rec))
 					what = fmt.Sprintf("step %d, reconcile %+v", i, rec)
 				}
-				review3CheckEntry(t, c, kname, kl, what)
-				review3CheckEntry(t, c, wname, wl, what)
+				checkEntry(t, c, kname, kl, what)
+				checkEntry(t, c, wname, wl, what)
 			}
 		})
 	}
 }
 
-// review3CheckEntry checks that the entry at name lives until time alone
+// checkEntry checks that the entry at name lives until time alone
 // refills it to full under lim, and no earlier than its recorded exp.
-func review3CheckEntry(t *testing.T, c *redis.Client, name string, lim llmrate.Limits, what string) {
+func checkEntry(t *testing.T, c *redis.Client, name string, lim llmrate.Limits, what string) {
 	t.Helper()
 	ctx := context.Background()
 	start := time.Now()
@@ -109,13 +109,13 @@ func review3CheckEntry(t *testing.T, c *redis.Client, name string, lim llmrate.L
 	}
 }
 
-// TestReview3DebtUnderSmallerFigures: a key that ran into debt under large
+// TestDebtUnderSmallerFigures: a key that ran into debt under large
 // figures (a tier of 10^12 tokens a minute, a reconcile charging twice its
 // capacity) and is then held to small ones (a tier change to 1 token a
 // minute) owes for longer than any expiry Redis can be given in ms written
 // as a Lua number. The memory store decides on (refusing, as the debt
 // requires); Redis must too, on its own clock and on the caller's.
-func TestReview3DebtUnderSmallerFigures(t *testing.T) {
+func TestDebtUnderSmallerFigures(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
 	for _, clocked := range []bool{false, true} {
@@ -130,7 +130,7 @@ func TestReview3DebtUnderSmallerFigures(t *testing.T) {
 			ctx := context.Background()
 			big := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: llmrate.MaxPerMinute}
 			small := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 1}
-			key := "sk-review3-debt-" + fmt.Sprint(clocked)
+			key := "sk-entry-debt-" + fmt.Sprint(clocked)
 			for _, st := range []llmrate.Store{mem, s} {
 				r := llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: big, WorkspaceLimits: big, Tokens: 1000, Solo: true, Now: now}
 				d, err := st.Admit(ctx, r)
@@ -147,12 +147,12 @@ func TestReview3DebtUnderSmallerFigures(t *testing.T) {
 	}
 }
 
-// TestReview3RepeatedIDNonSolo: admit.lua's identity record for a key in a
+// TestRepeatedIDNonSolo: admit.lua's identity record for a key in a
 // workspace of its own, with and without a model entry (KEYS[3]): the
 // same admission sent twice is answered with its first decision and
 // debits once; a refused one is not recorded, so sent again once the
 // bucket has refilled it is admitted. As the memory store does.
-func TestReview3RepeatedIDNonSolo(t *testing.T) {
+func TestRepeatedIDNonSolo(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)
 	for _, model := range []string{"", "gpt-4o*"} {
