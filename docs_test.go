@@ -2,7 +2,9 @@ package llmrate_test
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -29,5 +31,41 @@ func TestDocsCiteExistingFiles(t *testing.T) {
 		if len(seen) == 0 {
 			t.Errorf("%s cites no bench/ file: the pattern is stale", doc)
 		}
+	}
+}
+
+// TestDocsRelativeLinksResolve: every relative Markdown link in README.md,
+// BENCHMARKS.md, RELIABILITY.md and docs/*.md points at a file or folder
+// of the repository (a moved guide must not leave a dead link behind).
+// Absolute URLs and in-page anchors are not checked.
+func TestDocsRelativeLinksResolve(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	docs := []string{"README.md", "BENCHMARKS.md", "RELIABILITY.md"}
+	guides, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, guides...)
+	checked := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			target, _, _ = strings.Cut(target, "#")
+			p := filepath.Join(filepath.Dir(doc), filepath.FromSlash(target))
+			if _, err := os.Stat(p); err != nil {
+				t.Errorf("%s links to %s, which is not in the repository: %v", doc, m[1], err)
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Error("no relative link found: the pattern is stale")
 	}
 }
