@@ -17,7 +17,7 @@ func newHandler(upstream *url.URL, providerKey string) (http.Handler, error) {
 	lim, err := llmrate.New(
 		llmrate.WithTierResolver(llmrate.StaticTiers{"sk-acme": llmrate.Growth}), // the rest: Free
 		llmrate.WithEstimator(llmrate.EstimateFromBody()),                        // prompt + max_tokens up front
-		llmrate.WithRateLimitHeaders(llmrate.HeadersOpenAI),                      // x-ratelimit-* on every response
+		llmrate.WithRateLimitHeaders(llmrate.HeadersOpenAI),                      // x-ratelimit-* for the caller
 	)
 	if err != nil {
 		return nil, err // a *llmrate.ConfigError naming the bad option
