@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// Calibration bounds (README "What a request costs").
+// Calibration bounds (docs/cost.md, "Learning the error").
 const (
 	// calibrationWindow is how many of a model's most recent reconciles
 	// with final usage its ratio is learned from.

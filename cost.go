@@ -25,7 +25,7 @@ func (l *Limiter) charge(a *admission, res usage.Result, cut bool) (actual int64
 	return max(0, cost(a.model, chargedUsage(res, a.est, cut))), true
 }
 
-// chargedUsage is the Usage the charge rule builds (README "Semantics" and "What a request costs"): the
+// chargedUsage is the Usage the charge rule builds (docs/cost.md, "Estimate and reconcile" and "Options that change what a request costs"): the
 // reported usage when it is final on a completed response; otherwise input
 // is the reported input when input was reported, else the estimate, and
 // output the larger of the reported output and ⌊GeneratedBytes / 4⌋, with

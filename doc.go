@@ -76,4 +76,13 @@
 // The default MemoryStore counts per process: N gateway processes admit up
 // to N× the figures. The redisstore package shares one exact limit across
 // processes.
+//
+// # Guides
+//
+// The repository's docs/ folder has a guide per subject: limits and tiers
+// (docs/limits.md), what a request costs (docs/cost.md), concurrency and
+// waits (docs/concurrency.md), headers and trailers (docs/headers.md),
+// Redis and leases (docs/redis.md), upstream keys (docs/upstream.md),
+// observability (docs/observability.md), stores (docs/store.md), every
+// option (docs/configuration.md) and known limits (docs/known-limits.md).
 package llmrate

@@ -69,3 +69,27 @@ func TestDocsRelativeLinksResolve(t *testing.T) {
 		t.Error("no relative link found: the pattern is stale")
 	}
 }
+
+// TestDocsReadmeCodeIsTested: every Go block of README.md is, verbatim, part
+// of examples/quickstart/main.go, which builds and has its own test, so
+// the README's example cannot rot.
+func TestDocsReadmeCodeIsTested(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("examples/quickstart/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)```go\n(.*?)```")
+	blocks := block.FindAllSubmatch(readme, -1)
+	if len(blocks) == 0 {
+		t.Fatal("README.md has no Go block: the pattern is stale")
+	}
+	for _, b := range blocks {
+		if !strings.Contains(string(src), string(b[1])) {
+			t.Errorf("README.md's Go block is not in examples/quickstart/main.go:\n%s", b[1])
+		}
+	}
+}

@@ -26,7 +26,7 @@ var benchHashKey = []byte("bench-secret-0123456789")
 // "separate" make one script call per admission, the store's default.
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	// ContextTimeoutEnabled, as README's example: the store then calls the
+	// ContextTimeoutEnabled, as docs/redis.md's example: the store then calls the
 	// client directly instead of bounding each call on a goroutine.
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { _ = c.Close() })

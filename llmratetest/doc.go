@@ -85,4 +85,6 @@
 // A store must never fail open in the suite: a response without the
 // rate-limit headers (the limiter failed open on a store error or
 // timeout; the suite allows each call 2 s) fails the test.
+//
+// The guide to writing a store is docs/store.md at the root of this module.
 package llmratetest

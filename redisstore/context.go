@@ -11,7 +11,7 @@ import "github.com/redis/go-redis/v9"
 // goroutine, and its connection, stay until the client gives up, and at
 // most 256 such calls may be in flight (past that a call fails at once,
 // counted as a Redis failure). So prefer a client with
-// ContextTimeoutEnabled: true, as README.md's example builds. The limiter
+// ContextTimeoutEnabled: true, as docs/redis.md's example builds. The limiter
 // then calls the store directly on the request's goroutine.
 func (s *Store) HonoursContext() bool { return true }
 

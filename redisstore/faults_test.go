@@ -247,7 +247,7 @@ func TestRefundOnce(t *testing.T) {
 }
 
 // TestTimeoutWithAnyClient: against a Redis that never answers, with the
-// README's old client (no ContextTimeoutEnabled: go-redis would wait its 3 s
+// old client of the README (now docs/redis.md) (no ContextTimeoutEnabled: go-redis would wait its 3 s
 // read timeout), an admission returns by WithTimeout, counted as a Redis
 // failure; through the limiter, requests fail open at the store timeout
 // and goroutines do not pile up (the breaker stops calls after three
@@ -627,7 +627,7 @@ func TestLeasesDebtStopsEveryProcess(t *testing.T) {
 // for minutes). Every token admitted by an admission that started after
 // that reconcile returned is beyond the exact limit. Process 0 admits none;
 // the others, together, at most (N − 1) × share × capacity; the window
-// (until the last such admission) is logged. The README quotes the figures.
+// (until the last such admission) is logged. docs/redis.md (Leases) quotes the figures.
 func TestLeasesDebtWindowMeasured(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv.Addr)

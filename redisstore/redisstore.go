@@ -133,10 +133,13 @@
 //
 // Every call returns by its context's deadline and WithTimeout, whatever
 // the client: go-redis ends a call there only on a client built with
-// ContextTimeoutEnabled (prefer one: README.md's example does); on any
+// ContextTimeoutEnabled (prefer one: docs/redis.md's example does); on any
 // other, each call runs on a goroutine of its own (at most 256 in flight)
 // that the store stops waiting for at the deadline. HonoursContext is
 // true either way, and the limiter calls the store directly.
+//
+// The guide, with the behaviour under faults and the leases' bounds, is
+// docs/redis.md at the root of this module.
 package redisstore
 
 import (

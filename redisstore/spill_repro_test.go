@@ -2,7 +2,7 @@ package redisstore_test
 
 // The tests in this file reproduce what the spillover benchmark
 // (cmd/llmrate-spill, RELIABILITY.md §7) measured against the goals of
-// README "Redis: one limit across processes" on the code of commit
+// docs/redis.md "Under faults" on the code of commit
 // f23482d, and failed there. Two are fixed and run as regression tests;
 // TestSpillBreakerFailOpensPerError is a known miss, run only with
 // LLMRATE_SPILL_REPRO=1 (RELIABILITY.md §7 says why).
@@ -61,7 +61,7 @@ func (l *errLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // scenario (RELIABILITY.md §7) on the plain and batched paths: concurrent
 // admissions and reconciles, each with its identity, through a proxy that
 // loses a fraction of replies after Redis ran the call (closing the
-// connection), on the README's client (MaxRetries −1,
+// connection), on docs/redis.md's client (MaxRetries −1,
 // ContextTimeoutEnabled), with a timeout far above Redis's latency.
 // A lost reply is sent again within WithTimeout and costs
 // nothing, so no call may fail (a failure sends the admission to the

@@ -128,4 +128,6 @@
 // caller's Authorization, X-Api-Key and Api-Key headers are removed from
 // every attempt before Authorize sets the key's, and the response's Request
 // is the caller's request, not the clone that carried the credential.
+//
+// The guide is docs/upstream.md at the root of this module.
 package upstream

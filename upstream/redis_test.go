@@ -91,9 +91,9 @@ func TestRedisFailoverAndSynthesized429(t *testing.T) {
 	assert.Equal(t, []string{"a:skipped_provider", "b:skipped_own_limit"}, rec.outcomes())
 }
 
-// The package doc (and README "Upstream keys") say a failure before the provider
+// The package doc (and docs/upstream.md) say a failure before the provider
 // saw the request credits the reservation back in full, its request and its
-// tokens, and the README recommends a redisstore.Store for the keys. On a
+// tokens, and docs/upstream.md recommends a redisstore.Store for the keys. On a
 // Redis store the refund must give the request back too: key a (1 RPM, a
 // burst of 2) whose attempts all failed at dial still has its whole burst.
 func TestRedisDialErrorRefundsRequest(t *testing.T) {

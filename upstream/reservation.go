@@ -19,7 +19,7 @@ type reservation struct {
 }
 
 // settle replaces the estimate by the charge for a response whose body
-// held r (the charge rule of README "Semantics", usage.Result.Charge); cut: the body was not
+// held r (the charge rule of docs/cost.md "Estimate and reconcile", usage.Result.Charge); cut: the body was not
 // read to its end.
 func (res *reservation) settle(r usage.Result, cut bool) {
 	cut = cut || r.Cut()

@@ -440,7 +440,7 @@ const (
 	kindReasoning
 )
 
-// keptKinds is the breakdown table (README "What a request costs"): cache reads, cache
+// keptKinds is the breakdown table (docs/cost.md, "What a response is charged"): cache reads, cache
 // writes and reasoning, per style.
 var keptKinds = [numKept]uint8{
 	kANCacheR: kindCached, kANCachedDetail: kindCached, kBRCacheR: kindCached,

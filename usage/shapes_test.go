@@ -12,7 +12,7 @@ import (
 )
 
 // shapeCase is a body and the usage worked out by hand from the rules in
-// testdata/usage/README.md (§4.0 and the breakdown of README "What a request costs").
+// testdata/usage/README.md (§4.0 and the breakdown of docs/cost.md "What a response is charged").
 type shapeCase struct {
 	name, ct, body string
 	want           usage.Usage
@@ -130,8 +130,8 @@ func TestInteractionsAndEmbeddings(t *testing.T) {
 	})
 }
 
-// TestBreakdown: the cache and reasoning fields of every shape (README
-// "What a request costs"), combined across reports like the counted fields, never rejecting
+// TestBreakdown: the cache and reasoning fields of every shape (docs/cost.md
+// "What a response is charged"), combined across reports like the counted fields, never rejecting
 // one and never more than the total they are part of.
 func TestBreakdown(t *testing.T) {
 	t.Parallel()

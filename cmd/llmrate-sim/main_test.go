@@ -94,7 +94,7 @@ func TestModelLimits(t *testing.T) {
 // TestFanout: the fan-out comparison through the real limiter. Estimates
 // are checked against hand-computed ones (every request of the trace has
 // the same body length and max_tokens), the replay is deterministic, and
-// the claims the README makes hold: the default estimate lets the
+// the claims docs/cost.md makes hold: the default estimate lets the
 // bursts' consumption past what an exact bucket could have admitted,
 // EstimateFromBody does not, and calibration admits more than
 // EstimateFromBody once it has learned.

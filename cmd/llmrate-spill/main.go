@@ -11,7 +11,7 @@
 // and for each scenario and mode N worker processes (this binary, run as
 // "llmrate-spill -worker <config>"). Each worker serves G clients that
 // send requests for one API key through an llmrate.Limiter on a
-// redisstore.Store (the README's client: MaxRetries -1, with
+// redisstore.Store (docs/redis.md's client: MaxRetries -1, with
 // ContextTimeoutEnabled), whose handler reports usage between -min-actual
 // and -estimate tokens, so admissions are reconciled down.
 //
@@ -79,7 +79,7 @@ func coordinatorMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RedisTimeout, "redis-timeout", 0, "redisstore.WithTimeout (0: its default)")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", 0, "llmrate.WithStoreTimeout (0: its default)")
 	fs.DurationVar(&cfg.RetryInterval, "retry-interval", 0, "redisstore.WithRetryInterval (0: its default)")
-	fs.IntVar(&cfg.MaxRetries, "max-retries", -1, "go-redis MaxRetries (-1, as in the README: none; 0: go-redis's default, 3)")
+	fs.IntVar(&cfg.MaxRetries, "max-retries", -1, "go-redis MaxRetries (-1, as in docs/redis.md: none; 0: go-redis's default, 3)")
 	fs.BoolVar(&cfg.CtxTimeout, "ctx-timeout", true, "go-redis ContextTimeoutEnabled")
 	fs.DurationVar(&cfg.Think, "think", time.Millisecond, "pause of each client between requests")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the faults and of the reported usage")

@@ -73,7 +73,7 @@ func TestMemoryStoresSpill(t *testing.T) {
 // attributed to who decided it, and, without leases, nothing is admitted
 // beyond one exact bucket but what failed open or the fallback allowed.
 // With leases the run is only checked for its attribution (the lease
-// bound is the README's to state, and the benchmark's to measure).
+// bound is docs/redis.md's to state, and the benchmark's to measure).
 func TestRedisBaseline(t *testing.T) {
 	cfg := tinyConfig(t)
 	cfg.RedisServer = redistest.Binary(t)

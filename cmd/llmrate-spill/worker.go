@@ -160,7 +160,7 @@ func newWorker(cfg workerConfig) (*worker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hash key: %w", err)
 		}
-		// The README's client, with the context deadlines redisstore asks
+		// docs/redis.md's client, with the context deadlines redisstore asks
 		// for (HonoursContext).
 		w.client = redis.NewClient(&redis.Options{Addr: cfg.Redis, MaxRetries: cfg.MaxRetries, ContextTimeoutEnabled: cfg.CtxTimeout})
 		w.probe = newProbe(cfg.Mode)

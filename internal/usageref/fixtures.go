@@ -19,7 +19,7 @@ type Fixture struct {
 	Status          int    `json:"status"`
 	Input           *int64 `json:"expected_input_tokens"`
 	Output          *int64 `json:"expected_output_tokens"`
-	// The breakdown of the usage (README "What a request costs"), 0 when absent.
+	// The breakdown of the usage (docs/cost.md "What a response is charged"), 0 when absent.
 	Cached    int64  `json:"expected_cached_input_tokens"`
 	CacheW    int64  `json:"expected_cache_write_tokens"`
 	Reasoning int64  `json:"expected_reasoning_tokens"`

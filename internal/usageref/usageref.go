@@ -51,7 +51,7 @@ type refAcc struct {
 
 // refKept says, for every kept "style.field", what it adds to ("in",
 // "out", or "" for a breakdown-only field) and which breakdown field of
-// the breakdown (README "What a request costs") it is part of ("cached", "write", "reasoning" or "").
+// the breakdown (docs/cost.md "What a response is charged") it is part of ("cached", "write", "reasoning" or "").
 var refKept = map[string]struct{ adds, kind string }{
 	"oa.in": {"in", ""}, "oa.out": {"out", ""}, "oa.cached": {"", "cached"}, "oa.reasoning": {"", "reasoning"},
 	"an.in": {"in", ""}, "an.cc": {"in", "write"}, "an.cr": {"in", "cached"}, "an.out": {"out", ""},
@@ -67,7 +67,7 @@ var refKept = map[string]struct{ adds, kind string }{
 // Result is what the reference finds in a body.
 type Result struct {
 	Input, Output int64 // the reported usage (0 when not reported)
-	// The breakdown (README "What a request costs"): cache reads and writes inside Input,
+	// The breakdown (docs/cost.md "What a response is charged"): cache reads and writes inside Input,
 	// reasoning inside Output.
 	Cached, CacheWrite, Reasoning int64
 	Reported                      bool   // a report was accepted
