@@ -72,9 +72,14 @@
 //     tokens bucket);
 //   - the provider answered it 429: it is skipped until the provider says
 //     it has room (Retry-After-Ms, Retry-After in seconds or as an
-//     HTTP-date, else the reset headers below, else DefaultProviderSkip),
-//     for the request's model when the request's JSON body names one at
-//     its top level, else for every model;
+//     HTTP-date, else the latest reset among the limits its headers below
+//     report at 0 remaining, else DefaultProviderSkip: a 429 whose headers
+//     show room in every limit, such as OpenAI's "Request too large" for a
+//     single request above the per-minute figure, skips the key for 1 s,
+//     never until the reset of a limit that still has room, so that one
+//     oversized request does not take every key out of rotation), for the
+//     request's model when the request's JSON body names one at its top
+//     level, else for every model;
 //   - a response of the provider's (any status) said 0 remaining: OpenAI's
 //     x-ratelimit-remaining-requests or -tokens, until the matching
 //     x-ratelimit-reset-* (a Go-style duration such as 6m0s, 1.5s, 20ms);
