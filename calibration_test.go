@@ -182,36 +182,22 @@ func TestCalibrationLearnsTheCharge(t *testing.T) {
 	assert.Equal(t, int64(64), h.lim.FailOpens())
 }
 
-// Models learn apart; at most 1,024 are kept, the least recently used
-// (admitted or reconciled) dropped first.
+// Models learn apart (the bound on what is learned at once, and its
+// recency order: TestCalibrationPairsBounded).
 func TestCalibrationModels(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
 	h := newHarness(t, reportHandler, llmrate.WithTiers(uniform(calLimits)), llmrate.WithModel(llmrate.Header("X-Model")),
 		llmrate.WithCalibration(), llmrate.WithObserver(rec))
-	teach := func(model string, ratio int64) {
+	for i := range 3 {
 		for range 8 {
-			calSend(t, h, rec, model, 10, 0, 10*ratio)
+			calSend(t, h, rec, fmt.Sprintf("m%d", i), 10, 0, 10*int64(i+1))
 		}
 	}
-	for i := range 1024 {
-		teach(fmt.Sprintf("m%d", i), 1+int64(i%3))
-	}
-	cal := h.lim.Calibration()
-	require.Len(t, cal, 1024)
-	assert.Equal(t, 1.0, cal["m0"])
-	assert.Equal(t, 2.0, cal["m1"])
-	assert.Equal(t, 3.0, cal["m2"])
-	// m0 is used again (an admission scales its estimate): m1 is now the
-	// least recently used, and goes for a new model.
-	assert.Equal(t, int64(10), calSend(t, h, rec, "m0", 10, -1, 0))
-	teach("new", 2)
-	cal = h.lim.Calibration()
-	assert.Len(t, cal, 1024)
-	assert.Contains(t, cal, "m0")
-	assert.NotContains(t, cal, "m1")
-	assert.Equal(t, 2.0, cal["new"])
-	assert.Equal(t, int64(10), calSend(t, h, rec, "m1", 10, -1, 0), "m1 was forgotten: its estimate is raw again")
+	assert.Equal(t, map[string]float64{"m0": 1, "m1": 2, "m2": 3}, h.lim.Calibration())
+	assert.Equal(t, map[string]float64{"m0": 1, "m1": 2, "m2": 3}, h.lim.CalibrationFor("sk-cal"), "the workspace is the key")
+	assert.Equal(t, int64(20), calSend(t, h, rec, "m1", 10, -1, 0))
+	assert.Equal(t, int64(30), calSend(t, h, rec, "m2", 10, -1, 0))
 }
 
 // Concurrent requests of several models: the race detector's test, and the

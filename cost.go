@@ -8,13 +8,14 @@ import (
 
 // charge returns what a response consumed, the estimate debited for it
 // being a.est: the provider's final usage, or the §5 rule's input + output
-// (see ReconcileEvent), through the WithTokenCost function when one is
-// set. ok is false when that function panicked: a limiter fault, counted
+// (see ReconcileEvent) with the raw estimate as the unreported input (what
+// WithCalibration learned never changes a charge), through the
+// WithTokenCost function when one is set. ok is false when that function panicked: a limiter fault, counted
 // and logged; the estimate then stands.
 func (l *Limiter) charge(a *admission, res usage.Result, cut bool) (actual int64, ok bool) {
 	cost := l.cfg.cost
 	if cost == nil {
-		return res.Charge(a.est, cut), true
+		return res.Charge(a.raw, cut), true
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -22,7 +23,7 @@ func (l *Limiter) charge(a *admission, res usage.Result, cut bool) (actual int64
 			actual, ok = a.est, false
 		}
 	}()
-	return max(0, cost(a.model, chargedUsage(res, a.est, cut))), true
+	return max(0, cost(a.model, chargedUsage(res, a.raw, cut))), true
 }
 
 // chargedUsage is the Usage the charge rule builds (docs/cost.md, "Estimate and reconcile" and "Options that change what a request costs"): the

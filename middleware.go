@@ -117,7 +117,7 @@ type admission struct {
 	tier    Tier
 	kl, wl  Limits
 	est     int64 // debited: the estimator's, at least 1, scaled by WithCalibration
-	raw     int64 // the estimator's, at least 1, before scaling
+	raw     int64 // the estimator's, at least 1, before scaling: what a response without usage is charged from
 	now     time.Time
 	d       Decision
 	// Policies (model.go, override.go): the request's model, the
@@ -244,10 +244,14 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	a.raw = max(1, c.estimator(r))
 	a.est = a.raw
 	if l.calib != nil {
-		a.est = l.calib.scale(a.model, a.raw)
-		// A learned ratio never turns a request that fits a full bucket
-		// into one that never fits: held to the smallest tokens capacity.
-		if c := 2 * min(a.kl.TokensPerMinute, a.wl.TokensPerMinute); a.raw <= c && a.est > c {
+		a.est = l.calib.scale(a.ws, a.model, a.raw)
+		// Whether a request ever fits is decided on its raw estimate: a
+		// learned ratio neither turns a request that fits a full bucket
+		// into one that never fits (held to the smallest tokens capacity)
+		// nor the reverse (a raw estimate past it is debited unscaled).
+		if c := 2 * min(a.kl.TokensPerMinute, a.wl.TokensPerMinute); a.raw > c {
+			a.est = a.raw
+		} else if a.est > c {
 			a.est = c
 		}
 	}
@@ -375,7 +379,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		ev.Kind = ReconcileEstimated
 	}
 	if l.calib != nil && charged && ev.Kind == ReconcileUsage {
-		l.calib.record(a.model, a.raw, ev.Actual)
+		l.calib.record(a.ws, a.model, a.raw, ev.Actual)
 	}
 	t.sendTrailers(ev.Actual)
 	if ev.Actual != a.est || a.gauged {

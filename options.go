@@ -189,25 +189,32 @@ func WithTokenCost(cost func(model string, u usage.Usage) int64) Option {
 }
 
 // WithCalibration scales each admission estimate by what the estimator has
-// been getting wrong, per model: the ratio of the charge
+// been getting wrong, per workspace and model: the ratio of the charge
 // (ReconcileEvent.Actual) to the raw estimate (the estimator's, at least 1,
-// before scaling) over the model's most recent reconciles with final usage
-// (ReconcileUsage; up to 64). Once a model has 8 of them, admission debits
+// before scaling) over the pair's most recent reconciles with final usage
+// (ReconcileUsage; up to 64). Once a pair has 8 of them, admission debits
 // ⌈raw × ratio⌉ (at least 1), the ratio being the sum of the charges over
 // the sum of the raw estimates, bounded to [0.25, 4]; DecisionEvent.Estimate
-// and ReconcileEvent.Estimate are the scaled estimate. A raw estimate that
-// fits the request's smallest tokens bucket when full is never scaled past
-// that bucket's capacity, so a learned ratio cannot turn a request that
-// would fit into one refused as never fitting.
+// and ReconcileEvent.Estimate are the scaled estimate.
 //
-// It learns per Limiter (per process), per model: the request's model as
-// the WithModel extractor reads it (the extractor then runs on every
-// request, model limits or not); without WithModel every request is model
-// "". At most 1,024 models are learned at once (the least recently used is
-// dropped), and a model name above 256 bytes is not learned (its estimates
-// are not scaled): names come from clients. Calibration reports the ratios
-// in force. It works with any estimator; the reconcile still corrects every
-// charge. Default: off.
+// The scaled estimate is for admission only. A response without final
+// usage is charged from the raw estimate (the charge rule's input is the
+// estimator's, unscaled), so what a response is charged never depends on
+// what was learned. Whether a request ever fits is decided on its raw
+// estimate: one larger than the request's smallest tokens bucket is
+// debited unscaled (and refused as never fitting), and one that fits is
+// never scaled past that bucket's capacity.
+//
+// It learns per Limiter (per process), per workspace and model, so that
+// one workspace's traffic never moves another's admission: the request's
+// model as the WithModel extractor reads it (the extractor then runs on
+// every request, model limits or not); without WithModel every request is
+// model "". At most 4,096 pairs are learned at once (the least recently
+// used is dropped), and a model name above 256 bytes or a workspace above
+// 1,024 bytes is not learned (its estimates are not scaled): names come
+// from clients. CalibrationFor reports the ratios a workspace's admissions
+// use, Calibration the ratio per model over every workspace. It works with
+// any estimator; the reconcile still corrects every charge. Default: off.
 func WithCalibration() Option {
 	return optionFunc(func(c *config) { c.calibrate = true })
 }

@@ -33,8 +33,9 @@
 // reply, only a key with ConcurrentRequests gets one, to name its slot). A key's Limits.ConcurrentRequests (0: none)
 // caps its requests in flight to the provider: the store's gauge holds a
 // slot from admission until the response body is read to its end or
-// closed, or the attempt fails; a key without a free slot is skipped like
-// one without room.
+// closed, or the attempt fails (for a 101 Switching Protocols upgrade, a
+// realtime session, until the upgraded connection is closed); a key
+// without a free slot is skipped like one without room.
 //
 // A request debits its estimate (WithEstimator; default
 // llmrate.EstimateTokens: Content-Length / 4, floor 1, where the length of
@@ -53,8 +54,11 @@
 // body never read to its end nor closed is never reconciled: its estimate
 // stands (and net/http leaks its connection anyway). A 101 Switching
 // Protocols response (a WebSocket, such as a realtime API) is charged its
-// estimate at once and its body, the upgraded connection, is returned
-// unwrapped and writable, as httputil.ReverseProxy needs it. The reconcile is a
+// estimate and its body, the upgraded connection, is returned writable (an
+// io.ReadWriteCloser when the base returned one), as httputil.ReverseProxy
+// needs it; on a key with ConcurrentRequests the charge is settled, and the
+// slot released, when that connection is closed (ReverseProxy closes it
+// when either side hangs up), else at once. The reconcile is a
 // store call on the goroutine that reads the body's end or closes it: with
 // a shared store, one round trip there, bounded by WithStoreTimeout. It
 // carries its admission's identity (where it has one) and the store's
@@ -68,9 +72,14 @@
 //     tokens bucket);
 //   - the provider answered it 429: it is skipped until the provider says
 //     it has room (Retry-After-Ms, Retry-After in seconds or as an
-//     HTTP-date, else the reset headers below, else DefaultProviderSkip),
-//     for the request's model when the request's JSON body names one at
-//     its top level, else for every model;
+//     HTTP-date, else the latest reset among the limits its headers below
+//     report at 0 remaining, else DefaultProviderSkip: a 429 whose headers
+//     show room in every limit, such as OpenAI's "Request too large" for a
+//     single request above the per-minute figure, skips the key for 1 s,
+//     never until the reset of a limit that still has room, so that one
+//     oversized request does not take every key out of rotation), for the
+//     request's model when the request's JSON body names one at its top
+//     level, else for every model;
 //   - a response of the provider's (any status) said 0 remaining: OpenAI's
 //     x-ratelimit-remaining-requests or -tokens, until the matching
 //     x-ratelimit-reset-* (a Go-style duration such as 6m0s, 1.5s, 20ms);

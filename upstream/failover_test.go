@@ -97,7 +97,8 @@ func TestProvider429SkipsPerModel(t *testing.T) {
 }
 
 // Where a 429 says when the key has room: Retry-After-Ms, Retry-After in
-// seconds or as an HTTP-date, else the reset headers, else 1 s.
+// seconds or as an HTTP-date, else the reset headers of the limits at 0,
+// else 1 s.
 func TestProvider429RetryTime(t *testing.T) {
 	clk := newClock()
 	for _, tc := range []struct {
@@ -109,7 +110,7 @@ func TestProvider429RetryTime(t *testing.T) {
 		{"milliseconds first", []string{"Retry-After", "12", "Retry-After-Ms", "1500"}, 1500 * time.Millisecond},
 		{"HTTP-date", []string{"Retry-After", clk.Now().Add(90 * time.Second).Format(http.TimeFormat)}, 90 * time.Second},
 		{"OpenAI reset of the limit at 0", []string{"X-Ratelimit-Remaining-Requests", "3", "X-Ratelimit-Reset-Requests", "2s", "X-Ratelimit-Remaining-Tokens", "0", "X-Ratelimit-Reset-Tokens", "6m0s"}, 6 * time.Minute},
-		{"OpenAI reset, none at 0", []string{"X-Ratelimit-Remaining-Tokens", "40", "X-Ratelimit-Reset-Tokens", "120ms"}, 120 * time.Millisecond},
+		{"OpenAI reset, none at 0: 1 s", []string{"X-Ratelimit-Remaining-Tokens", "40", "X-Ratelimit-Reset-Tokens", "120ms"}, time.Second},
 		{"Anthropic reset", []string{"Anthropic-Ratelimit-Tokens-Remaining", "0", "Anthropic-Ratelimit-Tokens-Reset", clk.Now().Add(42 * time.Second).Format(time.RFC3339)}, 42 * time.Second},
 		{"nothing said", nil, time.Second},
 		{"unreadable", []string{"Retry-After", "soon"}, time.Second},

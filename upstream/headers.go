@@ -45,11 +45,13 @@ var families = [...]limitFamily{
 
 // providerSkip reads a provider's response headers and reports how long the
 // key must be skipped from now: for a 429, until its Retry-After-Ms or
-// Retry-After, else until the reset of the limits that say 0 remaining (of
-// every limit with a reset, when none says 0), else DefaultProviderSkip;
-// for any other status, until the reset of the limits that say 0 remaining
-// (DefaultProviderSkip when their reset cannot be read), and not at all
-// when none does. The result is at most MaxProviderSkip.
+// Retry-After, else until the latest reset of the limits that say 0
+// remaining, else (none says 0: a request too large, or an odd one)
+// DefaultProviderSkip, never until the reset of a limit that still has
+// room, so that one request does not take a key out of rotation for
+// everyone; for any other status, until the reset of the limits that say
+// 0 remaining (DefaultProviderSkip when their reset cannot be read), and
+// not at all when none does. The result is at most MaxProviderSkip.
 func providerSkip(h http.Header, status int, now time.Time) (time.Duration, bool) {
 	if status == http.StatusTooManyRequests {
 		if d, ok := parseRetryAfterMs(h.Get(HeaderRetryAfterMs)); ok {
@@ -59,17 +61,12 @@ func providerSkip(h http.Header, status int, now time.Time) (time.Duration, bool
 			return d, true
 		}
 	}
-	var zeroWait, anyWait time.Duration
-	zero, zeroKnown, anyKnown := false, false, false
+	var zeroWait time.Duration
+	zero, zeroKnown := false, false
 	for _, f := range families {
-		rem := h.Get(f.remaining)
-		d, ok := parseReset(h.Get(f.reset), f.absolute, now)
-		if ok {
-			anyWait, anyKnown = max(anyWait, d), true
-		}
-		if n, okN := parseRemaining(rem); okN && n <= 0 {
+		if n, ok := parseRemaining(h.Get(f.remaining)); ok && n <= 0 {
 			zero = true
-			if ok {
+			if d, ok := parseReset(h.Get(f.reset), f.absolute, now); ok {
 				zeroWait, zeroKnown = max(zeroWait, d), true
 			}
 		}
@@ -77,14 +74,10 @@ func providerSkip(h http.Header, status int, now time.Time) (time.Duration, bool
 	switch {
 	case zeroKnown:
 		return zeroWait, true
-	case zero:
+	case zero, status == http.StatusTooManyRequests:
 		return DefaultProviderSkip, true
-	case status != http.StatusTooManyRequests:
-		return 0, false
-	case anyKnown:
-		return anyWait, true
 	}
-	return DefaultProviderSkip, true
+	return 0, false
 }
 
 // parseRetryAfter reads a Retry-After value (RFC 9110: whole seconds, or an

@@ -111,7 +111,7 @@ func TestProviderSkip(t *testing.T) {
 		{"200, Retry-After ignored", h("retry-after", "30"), 200, 0, false},
 		{"429, Retry-After", h("retry-after", "30", "x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "1s"), 429, 30 * time.Second, true},
 		{"429, no Retry-After: resets", h("anthropic-ratelimit-input-tokens-remaining", "0", "anthropic-ratelimit-input-tokens-reset", "2026-03-01T12:00:09Z"), 429, 9 * time.Second, true},
-		{"429, none at 0: the latest reset", h("x-ratelimit-remaining-tokens", "10", "x-ratelimit-reset-tokens", "4s", "x-ratelimit-remaining-requests", "10", "x-ratelimit-reset-requests", "3s"), 429, 4 * time.Second, true},
+		{"429, none at 0: 1 s, not a reset of a limit with room", h("x-ratelimit-remaining-tokens", "10", "x-ratelimit-reset-tokens", "4s", "x-ratelimit-remaining-requests", "10", "x-ratelimit-reset-requests", "3s"), 429, DefaultProviderSkip, true},
 		{"429, nothing", h(), 429, DefaultProviderSkip, true},
 	} {
 		got, skip := providerSkip(tc.h, tc.status, t0)

@@ -232,9 +232,15 @@ func (r *round) try(k *key) (resp *http.Response, done bool, err error) {
 	switch {
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		// The body is the upgraded connection, which must stay writable
-		// (httputil.ReverseProxy needs an io.ReadWriteCloser): leave it
-		// as the base returned it and charge the estimate now.
-		res.settleUpgrade()
+		// (httputil.ReverseProxy needs an io.ReadWriteCloser). Its charge
+		// is the estimate: at once, or, on a key with a concurrency cap,
+		// when the connection closes, as that reconcile releases the slot
+		// the open session holds.
+		if res != nil && k.Limits.ConcurrentRequests > 0 {
+			holdUpgrade(resp, res)
+		} else {
+			res.settleUpgrade()
+		}
 	case res != nil:
 		wrapBody(resp, res)
 	}

@@ -876,7 +876,7 @@ func (p *jsonScan) closeInElems() {
 
 // endElem adds the element just closed to its report: a prediction's
 // token_count to the sum, an iteration's counts to the sums when its type
-// is compaction or message.
+// is compaction (message and fallback_message are the top level itself).
 func (p *jsonScan) endElem() {
 	s := p.elemNode.slot()
 	r := &p.doc.slots[s]
@@ -894,10 +894,9 @@ func (p *jsonScan) endElem() {
 		}
 		return
 	}
-	if t := &p.doc.str[strElemType]; !t.is("compaction") && !t.is("message") {
-		return // other iterations (advisor_message, …) are billed elsewhere
+	if t := &p.doc.str[strElemType]; !t.is("compaction") {
+		return // message, fallback_message: the top level; advisor_message: billed elsewhere
 	}
-	r.iterSeen = true
 	for i := range field(4) {
 		switch r.st[fElIn+i] {
 		case stBad:
@@ -1174,7 +1173,7 @@ func (p *jsonScan) reportKey(s slot, m *member) {
 		return
 	case roleIterations:
 		// A repeated member replaces what an earlier one said.
-		r.iterSeen, r.iterBad = false, false
+		r.iterBad = false
 		for f := fItIn; f <= fItOut; f++ {
 			r.st[f] = stAbsent
 		}

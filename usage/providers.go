@@ -296,7 +296,7 @@ const (
 	fElCacheCreate                 // cache_creation_input_tokens of it
 	fElCacheRead                   // cache_read_input_tokens of it
 	fElOut                         // output_tokens of it
-	fItIn                          // the sums over counted iterations: input_tokens,
+	fItIn                          // the sums over compaction iterations: input_tokens,
 	fItCacheCreate                 // cache_creation_input_tokens,
 	fItCacheRead                   // cache_read_input_tokens,
 	fItOut                         // output_tokens
@@ -369,11 +369,10 @@ type reportState struct {
 	tokensObj bool   // member "tokens" holds an object (Cohere)
 	billedObj bool   // member "billed_units" holds an object (Cohere)
 	keys      uint64 // 1<<field for every counted member name present
-	// iterSeen: member iterations held at least one object of type
-	// compaction or message (their counts are summed in fIt…); iterBad:
-	// one of those had a malformed count.
-	iterSeen, iterBad bool
-	st                [numFields]fieldState
+	// iterBad: member iterations held an object of type compaction
+	// with a malformed count (their counts are summed in fIt…).
+	iterBad bool
+	st      [numFields]fieldState
 }
 
 func (r *report) has(f field) bool { return r.st[f] == stOK || r.st[f] == stBad }
@@ -389,6 +388,10 @@ const (
 	kANCacheC
 	kANCacheR
 	kANOut
+	kANItIn     // the sums over compaction iterations (README §4.0 of
+	kANItCacheC // testdata/usage): added to the top level's
+	kANItCacheR
+	kANItOut
 	kBRIn
 	kBRCacheR
 	kBRCacheW
@@ -427,6 +430,7 @@ const (
 
 var keptCounts = [numKept]uint8{
 	kOAIn: toIn, kOAOut: toOut, kANIn: toIn, kANCacheC: toIn, kANCacheR: toIn, kANOut: toOut,
+	kANItIn: toIn, kANItCacheC: toIn, kANItCacheR: toIn, kANItOut: toOut,
 	kBRIn: toIn, kBRCacheR: toIn, kBRCacheW: toIn, kBROut: toOut, kCOIn: toIn, kCOOut: toOut,
 	kGEPrompt: toIn, kGETool: toIn, kGECand: toOut, kGEThoughts: toOut, kOLIn: toIn, kOLOut: toOut,
 	kITIn: toIn, kITTool: toIn, kITOut: toOut, kITThought: toOut, kVEIn: toIn,
@@ -443,9 +447,9 @@ const (
 // keptKinds is the breakdown table (docs/cost.md, "What a response is charged"): cache reads, cache
 // writes and reasoning, per style.
 var keptKinds = [numKept]uint8{
-	kANCacheR: kindCached, kANCachedDetail: kindCached, kBRCacheR: kindCached,
+	kANCacheR: kindCached, kANItCacheR: kindCached, kANCachedDetail: kindCached, kBRCacheR: kindCached,
 	kOACached: kindCached, kGECached: kindCached, kITCached: kindCached,
-	kANCacheC: kindCacheWrite, kBRCacheW: kindCacheWrite,
+	kANCacheC: kindCacheWrite, kANItCacheC: kindCacheWrite, kBRCacheW: kindCacheWrite,
 	kOAReasoning: kindReasoning, kANReasoningDetail: kindReasoning, kGEThoughts: kindReasoning, kITThought: kindReasoning,
 }
 
@@ -461,13 +465,13 @@ type pair struct {
 type accumulator struct {
 	any   bool
 	final bool
-	have  uint32 // 1<<k for every kept value k held
+	have  uint64 // 1<<k for every kept value k held
 	gen   int64
 	v     [numKept]int64 // read only where have says so
 }
 
 // accumulator.have holds a bit per kept value.
-var _ [32 - numKept]struct{}
+var _ [64 - numKept]struct{}
 
 // reset empties a for a new body.
 func (a *accumulator) reset() { a.any, a.final, a.have, a.gen = false, false, 0, 0 }
@@ -480,7 +484,7 @@ func (a *accumulator) result() Result {
 	u := &r.Usage
 	var cached, write, reasoning int64
 	for m := a.have; m != 0; m &= m - 1 {
-		k := bits.TrailingZeros32(m)
+		k := bits.TrailingZeros64(m)
 		v := a.v[k]
 		switch keptCounts[k] {
 		case toIn:
@@ -586,17 +590,12 @@ func (a *accumulator) applyReport(r *report, st style) bool {
 		}
 		return a.commit(r, pair{fBInput, kBRIn}, pair{cr, kBRCacheR}, pair{cw, kBRCacheW}, pair{fBOutput, kBROut})
 	case r.keys&(1<<fInput|1<<fOutput) != 0:
-		in, cc, cr, out := fInput, fCacheCreate, fCacheRead, fOutput
-		if r.iterSeen {
-			// Server-side compaction: the billed counts are the sums over
-			// the compaction and message iterations; the top-level ones
-			// (the last iteration's) must still be well-formed.
-			if r.iterBad || r.st[fInput] == stBad || r.st[fCacheCreate] == stBad || r.st[fCacheRead] == stBad || r.st[fOutput] == stBad {
-				return false
-			}
-			in, cc, cr, out = fItIn, fItCacheCreate, fItCacheRead, fItOut
-		}
-		if !a.commit(r, pair{in, kANIn}, pair{cc, kANCacheC}, pair{cr, kANCacheR}, pair{out, kANOut}) {
+		// Server-side compaction: the billed counts are the top level's
+		// (the final message's; after a model fallback, the answering
+		// model's) plus every compaction iteration's, each kept apart so
+		// that a stream's reports combine field by field.
+		if r.iterBad || !a.commit(r, pair{fInput, kANIn}, pair{fCacheCreate, kANCacheC}, pair{fCacheRead, kANCacheR}, pair{fOutput, kANOut},
+			pair{fItIn, kANItIn}, pair{fItCacheCreate, kANItCacheC}, pair{fItCacheRead, kANItCacheR}, pair{fItOut, kANItOut}) {
 			return false
 		}
 		a.breakdown(r, pair{fRCached, kANCachedDetail}, pair{fRReasoning, kANReasoningDetail})

@@ -36,26 +36,26 @@ func checkShapes(t *testing.T, cases []shapeCase) {
 
 const js = "application/json"
 
-// TestCompactionIterations: Anthropic usage.iterations, summed over the
-// compaction and message iterations only.
+// TestCompactionIterations: Anthropic usage.iterations: the top-level
+// report plus every compaction iteration, nothing else.
 func TestCompactionIterations(t *testing.T) {
 	t.Parallel()
 	it := func(iters string) string {
 		return `{"type":"message","usage":{"input_tokens":10,"cache_read_input_tokens":1,"output_tokens":20,"iterations":[` + iters + `]}}`
 	}
 	checkShapes(t, []shapeCase{
-		{"summed", js, it(`{"type":"compaction","input_tokens":100,"cache_read_input_tokens":5,"output_tokens":7},{"type":"message","input_tokens":10,"cache_creation_input_tokens":3,"output_tokens":20}`),
-			usage.Usage{InputTokens: 118, OutputTokens: 27, CachedInputTokens: 5, CacheWriteTokens: 3}, true},
+		{"the top level plus the compaction", js, it(`{"type":"compaction","input_tokens":100,"cache_read_input_tokens":5,"output_tokens":7},{"type":"message","input_tokens":10,"cache_creation_input_tokens":3,"output_tokens":20}`),
+			usage.Usage{InputTokens: 10 + 1 + 100 + 5, OutputTokens: 20 + 7, CachedInputTokens: 1 + 5}, true},
 		{"advisor and untyped iterations are not added", js, it(`{"type":"advisor_message","input_tokens":9000,"output_tokens":900},{"input_tokens":8000},{"type":"message","input_tokens":10,"output_tokens":20},{"type":"Message","input_tokens":7000}`),
-			usage.Usage{InputTokens: 10, OutputTokens: 20}, true},
+			usage.Usage{InputTokens: 11, OutputTokens: 20, CachedInputTokens: 1}, true},
 		{"a type spelled with an escape counts", js, it(`{"type":"comp\u0061ction","input_tokens":4,"output_tokens":2},{"type":"message","input_tokens":10,"output_tokens":20}`),
-			usage.Usage{InputTokens: 14, OutputTokens: 22}, true},
-		{"the last type member wins", js, it(`{"type":"message","type":"advisor_message","input_tokens":500},{"type":1,"type":"message","input_tokens":6}`),
-			usage.Usage{InputTokens: 6}, true},
+			usage.Usage{InputTokens: 11 + 4, OutputTokens: 20 + 2, CachedInputTokens: 1}, true},
+		{"the last type member wins", js, it(`{"type":"compaction","type":"advisor_message","input_tokens":500},{"type":1,"type":"compaction","input_tokens":6}`),
+			usage.Usage{InputTokens: 10 + 1 + 6, OutputTokens: 20, CachedInputTokens: 1}, true},
 		{"a malformed count in a counted iteration rejects the report", js, it(`{"type":"compaction","input_tokens":-1},{"type":"message","input_tokens":10,"output_tokens":20}`),
 			usage.Usage{}, false},
 		{"a malformed count elsewhere is not read", js, it(`{"type":"advisor_message","input_tokens":"many"},{"type":"message","input_tokens":10,"output_tokens":20,"server_tool_use":{"input_tokens":1.5}}`),
-			usage.Usage{InputTokens: 10, OutputTokens: 20}, true},
+			usage.Usage{InputTokens: 11, OutputTokens: 20, CachedInputTokens: 1}, true},
 		{"a malformed top-level count still rejects", js, `{"usage":{"input_tokens":10,"output_tokens":1e3,"iterations":[{"type":"message","input_tokens":10,"output_tokens":20}]}}`,
 			usage.Usage{}, false},
 		{"no counted iteration: the top-level counts", js, it(`{"type":"advisor_message","input_tokens":9000}`),
@@ -71,7 +71,17 @@ func TestCompactionIterations(t *testing.T) {
 		{"iterations inside a tool input are not usage", js, `{"content":[{"type":"tool_use","input":{"usage":{"input_tokens":1,"iterations":[{"type":"compaction","input_tokens":777}]}}}],"usage":{"input_tokens":3,"output_tokens":4}}`,
 			usage.Usage{InputTokens: 3, OutputTokens: 4}, true},
 		{"sums saturate", js, it(`{"type":"compaction","input_tokens":9223372036854775807},{"type":"message","input_tokens":10,"output_tokens":20}`),
-			usage.Usage{InputTokens: 1<<63 - 1, OutputTokens: 20}, true},
+			usage.Usage{InputTokens: 1<<63 - 1, OutputTokens: 20, CachedInputTokens: 1}, true},
+		{"model fallback: the top level alone, output included", js, it(`{"type":"message","model":"a","input_tokens":4000,"cache_read_input_tokens":700,"output_tokens":3},{"type":"fallback_message","model":"b","input_tokens":10,"cache_read_input_tokens":1,"output_tokens":20}`),
+			usage.Usage{InputTokens: 11, OutputTokens: 20, CachedInputTokens: 1}, true},
+		{"compaction, then a fallback: the top level plus the compaction", js, it(`{"type":"compaction","input_tokens":300,"cache_creation_input_tokens":2,"output_tokens":40},{"type":"message","model":"a","input_tokens":4000,"output_tokens":0},{"type":"fallback_message","model":"b","input_tokens":10,"cache_read_input_tokens":1,"output_tokens":20}`),
+			usage.Usage{InputTokens: 11 + 302, OutputTokens: 60, CachedInputTokens: 1, CacheWriteTokens: 2}, true},
+		{"a malformed count in a message iteration is not read", js, it(`{"type":"message","input_tokens":-4},{"type":"fallback_message","input_tokens":"x"}`),
+			usage.Usage{InputTokens: 11, OutputTokens: 20, CachedInputTokens: 1}, true},
+		{"a fallback while streaming: message_start, then the delta's top level", "text/event-stream",
+			"data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":30,\"cache_read_input_tokens\":8,\"output_tokens\":1}}}\n\n" +
+				"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":77,\"iterations\":[{\"type\":\"message\",\"input_tokens\":900,\"output_tokens\":0},{\"type\":\"fallback_message\",\"input_tokens\":30,\"output_tokens\":77}]}}\n\n",
+			usage.Usage{InputTokens: 38, OutputTokens: 77, CachedInputTokens: 8}, true},
 		{"nested in a top-level array, as deep as a Responses report", js, `[{"type":"response.completed","response":{"usage":{"input_tokens":1,"output_tokens":1,"iterations":[{"type":"compaction","input_tokens":40,"output_tokens":2},{"type":"message","input_tokens":1,"output_tokens":1}]}}}]`,
 			usage.Usage{InputTokens: 41, OutputTokens: 3}, true},
 	})

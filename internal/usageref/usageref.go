@@ -55,6 +55,7 @@ type refAcc struct {
 var refKept = map[string]struct{ adds, kind string }{
 	"oa.in": {"in", ""}, "oa.out": {"out", ""}, "oa.cached": {"", "cached"}, "oa.reasoning": {"", "reasoning"},
 	"an.in": {"in", ""}, "an.cc": {"in", "write"}, "an.cr": {"in", "cached"}, "an.out": {"out", ""},
+	"an.it.in": {"in", ""}, "an.it.cc": {"in", "write"}, "an.it.cr": {"in", "cached"}, "an.it.out": {"out", ""},
 	"an.details.cached": {"", "cached"}, "an.details.reasoning": {"", "reasoning"},
 	"br.in": {"in", ""}, "br.cr": {"in", "cached"}, "br.cw": {"in", "write"}, "br.out": {"out", ""},
 	"co.in": {"in", ""}, "co.out": {"out", ""},
@@ -116,20 +117,21 @@ func satSum(x, y int64) int64 {
 }
 
 // iterationSums returns the sums of Anthropic's counted fields over the
-// iterations of type compaction or message, whether there was one, and
-// whether one of them had a malformed count.
+// iterations of type compaction (the billed figures are the top level plus
+// these: message and fallback_message are the top level itself), whether
+// there was one, and whether one of them had a malformed count.
 func iterationSums(r map[string]any) (sums map[string]refField, seen, bad bool) {
+	sums = map[string]refField{}
 	its, ok := r["iterations"].([]any)
 	if !ok {
-		return nil, false, false
+		return sums, false, false
 	}
-	sums = map[string]refField{}
 	for _, e := range its {
 		el, ok := asObj(e)
 		if !ok {
 			continue
 		}
-		if t, _ := el["type"].(string); t != "compaction" && t != "message" {
+		if t, _ := el["type"].(string); t != "compaction" {
 			continue
 		}
 		seen = true
@@ -205,15 +207,14 @@ func (a *refAcc) report(v any, cohereOnly bool) bool {
 		return a.commit(map[string]refField{"br.in": refRead(r, "inputTokens"), "br.cr": cr, "br.cw": cw, "br.out": refRead(r, "outputTokens")}, nil)
 	case has("input_tokens") || has("output_tokens"):
 		in, cc, cr, out := refRead(r, "input_tokens"), refRead(r, "cache_creation_input_tokens"), refRead(r, "cache_read_input_tokens"), refRead(r, "output_tokens")
-		if sums, seen, bad := iterationSums(r); seen {
-			if bad || in.bad || cc.bad || cr.bad || out.bad {
-				return false
-			}
-			in, cc, cr, out = sums["input_tokens"], sums["cache_creation_input_tokens"], sums["cache_read_input_tokens"], sums["output_tokens"]
+		sums, _, bad := iterationSums(r)
+		if bad {
+			return false
 		}
 		inDet, _ := asObj(r["input_tokens_details"])
 		outDet, _ := asObj(r["output_tokens_details"])
-		return a.commit(map[string]refField{"an.in": in, "an.cc": cc, "an.cr": cr, "an.out": out},
+		return a.commit(map[string]refField{"an.in": in, "an.cc": cc, "an.cr": cr, "an.out": out,
+			"an.it.in": sums["input_tokens"], "an.it.cc": sums["cache_creation_input_tokens"], "an.it.cr": sums["cache_read_input_tokens"], "an.it.out": sums["output_tokens"]},
 			map[string]refField{"an.details.cached": refRead(inDet, "cached_tokens"), "an.details.reasoning": refRead(outDet, "reasoning_tokens")})
 	case has("prompt_tokens") || has("completion_tokens"):
 		c := refRead(r, "completion_tokens")
