@@ -215,6 +215,8 @@ type Store struct {
 	consecutive atomic.Int64 // failed calls in a row
 	errors      atomic.Int64
 	resends     atomic.Int64
+	hedges      atomic.Int64
+	hedge       hedger // the hedge delay and bounds (hedge.go)
 
 	// seen holds, with leases, the identities of recent reconciles: those
 	// absorbed by this process's leases (a repeat is not applied again),
@@ -604,11 +606,13 @@ var (
 // run runs script once against Redis, bounded by the store's timeout and
 // ctx's deadline whatever the client (see HonoursContext), and returns its
 // result. When resend is set (every admission or reconcile in the call has
-// an identity), a call whose reply was lost is sent again, on another
-// connection, while time is left. A failure is counted (Errors, and
-// towards the breaker) unless ctx was cancelled: a deadline passing is a
-// failure, a caller giving up is not, nor a context done before anything
-// was sent.
+// an identity), the call is hedged (hedge.go): sent again on another
+// connection when no answer came within the hedge delay, the first answer
+// winning; and an attempt whose reply was lost to a closed or reset
+// connection is sent again at once, while time is left. A failure is
+// counted (Errors, and towards the breaker) unless ctx was cancelled: a
+// deadline passing is a failure, a caller giving up is not, nor a context
+// done before anything was sent.
 func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args []any, resend bool) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
@@ -617,12 +621,10 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 	defer cancel()
 	var v any
 	var err error
-	for try := 0; ; try++ {
+	if resend {
+		v, err = s.hedged(cctx, script, keys, args)
+	} else {
 		v, err = s.eval(cctx, script, keys, args)
-		if err == nil || !resend || try == maxResends || cctx.Err() != nil || !lostReply(err) {
-			break
-		}
-		s.resends.Add(1)
 	}
 	if err != nil {
 		if errors.Is(cctx.Err(), context.Canceled) {
