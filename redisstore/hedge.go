@@ -34,12 +34,12 @@ import (
 // The extra load is bounded per store: at most hedgeMaxInFlight hedges in
 // flight at once, and, per window of hedgeWindow calls, at most
 // hedgeBurst hedges plus hedgeBudget of the window's calls so far. A
-// hedge is never sent while the breaker is open, nor while the last call
-// failed (until one succeeds), nor before Redis answered this store once:
-// a hedge is for a reply lost here and there, not for a Redis that
-// answers no one (or not yet: a store's first call dials and loads the
-// script), where it would only add connections and goroutines waiting for
-// nothing. A hedge gets another
+// hedge is never sent while the breaker is open, nor unless Redis answered
+// some call of this store within the last WithTimeout (so not on a
+// store's first call, which dials and loads the script), nor with less
+// than a delay left before the call's deadline: a hedge is for a reply
+// lost here and there, not for a Redis that answers no one, where it
+// would only add connections and goroutines waiting for nothing. A hedge gets another
 // connection from go-redis's pool: the call it hedges holds its own
 // connection (checked out) until it ends, so the pool hands the hedge an
 // idle one or dials a new one; it waits for a turn only when the pool is
@@ -66,7 +66,7 @@ type hedger struct {
 	spent    atomic.Int64 // hedges sent in the current window of calls
 	inFlight atomic.Int64 // hedges in flight
 	learning atomic.Bool  // a window's end is being processed
-	answered atomic.Bool  // some call was answered
+	answered atomic.Int64 // when an attempt was last answered (unix ns, to within hedgeAnsweredGrain)
 	hist     [latBuckets]atomic.Int64
 }
 
@@ -93,9 +93,19 @@ func latUpper(i int) time.Duration {
 // observe records the latency of an answered call.
 func (h *hedger) observe(d time.Duration) {
 	h.hist[latIndex(d)].Add(1)
-	if !h.answered.Load() {
-		h.answered.Store(true)
+	if now := time.Now().UnixNano(); now-h.answered.Load() > int64(hedgeAnsweredGrain) {
+		h.answered.Store(now)
 	}
+}
+
+// hedgeAnsweredGrain is how stale the time of the last answer may be (it
+// is written at most about once per grain, not on every answer).
+const hedgeAnsweredGrain = time.Millisecond
+
+// answering reports whether Redis answered an attempt of this store
+// within the last within.
+func (h *hedger) answering(within time.Duration) bool {
+	return time.Now().UnixNano()-h.answered.Load() <= int64(within+hedgeAnsweredGrain)
 }
 
 // called counts a hedgeable call; every hedgeWindow calls it learns the
@@ -178,7 +188,11 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 	h := &s.hedge
 	h.called()
 	ch := make(chan attemptResult, 1+hedgeMaxPerCall)
-	if !s.launch(ctx, ch, script, keys, args, false) {
+	actx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		actx = attemptCtx{ctx, dl.Add(s.timeout)}
+	}
+	if !s.launch(actx, ch, script, keys, args, false) {
 		return nil, errBusy
 	}
 	pending, hedges := 1, 0
@@ -195,8 +209,8 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 				return nil, r.err
 			}
 		case <-t.C:
-			if h.answered.Load() && s.consecutive.Load() == 0 && !s.open.Load() && h.take() {
-				if s.launch(ctx, ch, script, keys, args, true) {
+			if !s.open.Load() && h.answering(s.timeout) && timeLeft(ctx) >= delay && h.take() {
+				if s.launch(actx, ch, script, keys, args, true) {
 					hedges++
 					pending++
 					s.hedges.Add(1)
@@ -220,6 +234,32 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 		}
 	}
 }
+
+// timeLeft is how long ctx has before its deadline (a long time when it
+// has none).
+func timeLeft(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return time.Until(dl)
+	}
+	return time.Hour
+}
+
+// attemptCtx is the context of a call's attempts: the call's (its values,
+// and its end, at which an attempt still waiting for a connection gives
+// up), but for its deadline, the call's plus WithTimeout. go-redis (with
+// ContextTimeoutEnabled) sets a connection's read and write deadlines from
+// it, and closes a connection whose deadline passed: an attempt that lost
+// the race, or whose call gave up at its deadline, keeps its connection
+// while its answer comes a little late, instead of closing it (and having
+// the next call dial, under load, a new one). The call itself returns by
+// its own deadline (hedged), and a silent connection is closed a timeout
+// later.
+type attemptCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c attemptCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // launch starts one attempt of a call on a goroutine of its own, which
 // sends its result on ch (buffered: it never blocks). On a client that
