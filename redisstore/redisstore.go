@@ -111,7 +111,42 @@
 // connection, when its connection closes or resets within the deadline
 // (Resends counts these), and go-redis may too (MaxRetries). A repeated
 // admission is answered with its first decision and debits nothing again;
-// a repeated reconcile is not applied again. The records cost the server
+// a repeated reconcile is not applied again.
+//
+// A reply lost on a connection that stays open (a dead link, a stalled
+// peer: nothing closes or resets, so nothing tells go-redis) is hedged: a
+// call whose every admission and reconcile has an identity (releases,
+// slot refreshes and lease returns, which apply at most once by
+// themselves, too) and that is still unanswered after the hedge delay is
+// sent again on another connection, carrying the same identities; the
+// first answer wins and a later one is discarded, on every path (plain,
+// batched, gauged, leased renewals). The delay is the 99th percentile of
+// the latencies of the store's recent answered calls (over about the last
+// 1,024 to 2,048 calls; a histogram of four buckets per power of two, so
+// rounded up by at most a fifth), so that on a quiet network about 1% of
+// calls hedge; it is at least 500 µs (less would save too little for the
+// load it adds) and at most a quarter of the time the call has
+// (WithTimeout, or its caller's deadline when nearer: 7.5 ms at the
+// default 30 ms), so that up to three hedges, one a delay after the
+// other, fit with time for a round trip; until the first 1,024 calls it
+// is that quarter. Hedges are bounded per store: 16 in flight at most,
+// and per window of 1,024 calls at most 16 plus 10% of the window's calls
+// so far, so the extra load on Redis stays far below double. None is sent
+// while the breaker is open, unless Redis answered some call of this
+// store within the last WithTimeout (so not on a store's first call), or
+// with less than a delay left. Hedges counts them. The hedge goes on
+// another connection because the call it hedges holds its own (checked
+// out of go-redis's pool until it ends), so the pool hands the hedge an
+// idle one or dials one; it waits for a turn only when the pool is at its
+// PoolSize, with every other call, never behind the silent connection.
+// Each attempt runs on a goroutine of its own, and reads until its call's
+// deadline plus WithTimeout: one that lost the race keeps its connection
+// when its answer comes a little late (go-redis closes a connection whose
+// deadline passed), and a silent connection is closed then. A hedge of an
+// admission Redis refused the first time may be admitted when it runs:
+// if the refusal's answer came first, that debit is spent on nothing
+// (Redis admits less than exact, never more); a lease it granted expires
+// unused. The records cost the server
 // about 19,100 to 20,200 instructions per admission (a GET and a SET of a
 // new key with its expiry), on a call of about 56,000 to 57,000 without
 // them (+34–36%, two runs:
