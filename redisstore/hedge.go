@@ -21,7 +21,7 @@ import (
 //
 // The delay is learned: the 99th percentile of the latencies of recent
 // answered calls (a histogram with four buckets per power of two, so
-// rounded up by at most a fifth, over about the last hedgeWindow to
+// rounded up by at most a quarter, over about the last hedgeWindow to
 // 2 × hedgeWindow calls), so that on a quiet network about 1% of calls
 // hedge (at most 2% is the goal: each needless hedge is load on a shared
 // Redis). It is bounded within the timeout: at most a quarter of the time
@@ -55,9 +55,9 @@ const (
 	hedgeBudget      = 0.10
 )
 
-// latBuckets is the latency histogram's size: four buckets per power of
-// two of nanoseconds (latIndex).
-const latBuckets = 4 * 65
+// latBuckets is the latency histogram's size (latIndex): one bucket for
+// each of 0 to 3 ns, then four per power of two.
+const latBuckets = 4 * 63
 
 // hedger is a store's hedging state.
 type hedger struct {
@@ -70,23 +70,24 @@ type hedger struct {
 	hist     [latBuckets]atomic.Int64
 }
 
-// latIndex is the histogram bucket of d: four buckets per power of two.
+// latIndex is the histogram bucket of d: d itself below 4 ns, then four
+// buckets per power of two (v in [2^(e−1), 2^e) with e ≥ 3 splits by its
+// two bits below the top one).
 func latIndex(d time.Duration) int {
-	v := uint64(max(d, 1))
-	e := bits.Len64(v) // 1..64
+	v := uint64(max(d, 0))
+	e := bits.Len64(v)
 	if e < 3 {
-		return int(v) // 1..3
+		return int(v) // 0..3
 	}
-	return 4*e + int(v>>(e-3)&3)
+	return 4*(e-2) + int(v>>(e-3)&3)
 }
 
-// latUpper is the longest latency in bucket i (rounded up to what the
-// bucket holds).
+// latUpper is the longest latency in bucket i.
 func latUpper(i int) time.Duration {
 	if i < 4 {
 		return time.Duration(i)
 	}
-	e, sub := i/4, uint64(i%4)
+	e, sub := i/4+2, uint64(i%4)
 	return time.Duration((4+sub+1)<<(e-3) - 1)
 }
 

@@ -123,7 +123,7 @@
 // batched, gauged, leased renewals). The delay is the 99th percentile of
 // the latencies of the store's recent answered calls (over about the last
 // 1,024 to 2,048 calls; a histogram of four buckets per power of two, so
-// rounded up by at most a fifth), so that on a quiet network about 1% of
+// rounded up by at most a quarter), so that on a quiet network about 1% of
 // calls hedge; it is at least 500 µs (less would save too little for the
 // load it adds) and at most a quarter of the time the call has
 // (WithTimeout, or its caller's deadline when nearer: 7.5 ms at the

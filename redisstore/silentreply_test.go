@@ -150,3 +150,60 @@ func TestSilentGaugedAdmissionAndRelease(t *testing.T) {
 	assert.Equal(t, int64(2), p.Stats().Silenced)
 	assert.Zero(t, s.Errors())
 }
+
+// TestLateReplyDiscarded: an admission whose reply comes late (held after
+// Redis ran it, past the hedge delay) is decided by its hedge; the late
+// answer, when it comes, is discarded, and the bucket was debited once.
+func TestLateReplyDiscarded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	hold := newHoldReplyHook()
+	c.AddHook(hold)
+	prefix := uniquePrefix()
+	s := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal())
+	ctx := context.Background()
+	d, err := s.Admit(ctx, soloReq("sk-late", 100))
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	hold.armed.Store(true)
+	d, err = s.Admit(ctx, soloReq("sk-late", 100))
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Empty(t, d.Receipt, "decided by Redis")
+	<-hold.held // the first attempt ran in Redis and its reply is held
+	assert.Equal(t, int64(1), s.Hedges())
+	close(hold.release) // the late answer comes now, to no one
+	probe := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	d, err = probe.Admit(ctx, soloReq("sk-late", 100))
+	require.NoError(t, err)
+	assert.Equal(t, int64(20_000-300), d.Remaining[llmrate.WorkspaceTokens], "debited once")
+	assert.Zero(t, s.Errors())
+}
+
+// TestNoHedgeWhileBreakerOpen: while the breaker is open, the probe that
+// Redis does not answer is not hedged (nor is anything else).
+func TestNoHedgeWhileBreakerOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	p, s, _ := silentSetup(t, srv, redisstore.WithBatching(1), redisstore.WithTimeout(200*time.Millisecond), redisstore.WithRetryInterval(0))
+	ctx := context.Background()
+	_, err := s.Admit(ctx, soloReq("sk-open", 1))
+	require.NoError(t, err)
+	// Every reply silent from here: the first failing call may hedge
+	// (Redis answered a moment ago), then three failures open the breaker.
+	require.NoError(t, p.Set(faultproxy.Faults{SilentReply: 1}))
+	for range 3 {
+		d, err := s.Admit(ctx, soloReq("sk-open", 1))
+		require.NoError(t, err)
+		require.Equal(t, "local", d.Receipt, "Redis answers no one: the fallback decides")
+	}
+	require.Equal(t, int64(3), s.Errors())
+	before := s.Hedges()
+	for range 3 { // probes (retry interval 0), one at a time
+		d, err := s.Admit(ctx, soloReq("sk-open", 1))
+		require.NoError(t, err)
+		require.Equal(t, "local", d.Receipt)
+	}
+	assert.Equal(t, before, s.Hedges(), "no hedge while the breaker is open")
+	assert.LessOrEqual(t, before, int64(3), "at most the first failing call's hedges: Redis answered nothing after")
+}
