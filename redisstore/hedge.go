@@ -42,9 +42,9 @@ import (
 // would only add connections and goroutines waiting for nothing. A hedge gets another
 // connection from go-redis's pool: the call it hedges holds its own
 // connection (checked out) until it ends, so the pool hands the hedge an
-// idle one or dials a new one; it waits for a turn only when the pool is
-// at its PoolSize (it then queues with every other call, never behind the
-// silent connection).
+// idle one or dials a new one; and a hedge is sent only when the pool has
+// an idle connection or room to dial one (connFree), so it never queues
+// for a turn, behind the silent connection or any other.
 const (
 	hedgeQuantile    = 0.99
 	hedgeMinDelay    = 500 * time.Microsecond
@@ -210,7 +210,7 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 				return nil, r.err
 			}
 		case <-t.C:
-			if !s.open.Load() && h.answering(s.timeout) && timeLeft(ctx) >= delay && h.take() {
+			if !s.open.Load() && h.answering(s.timeout) && timeLeft(ctx) >= delay && s.connFree() && h.take() {
 				if s.launch(actx, ch, script, keys, args, true) {
 					hedges++
 					pending++
@@ -234,6 +234,21 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// connFree reports whether the client's pool can give a hedge a
+// connection without waiting: an idle one, or room to dial one (known for
+// a *redis.Client, whose PoolSize bounds its one pool; a cluster's or a
+// ring's stats add up pools of their own, so there an idle connection
+// somewhere is what counts). A hedge that would queue for a connection
+// behind every other call decides nothing sooner, and only holds a turn
+// the calls queued with it need.
+func (s *Store) connFree() bool {
+	st := s.c.PoolStats()
+	if st == nil {
+		return true
+	}
+	return st.IdleConns > 0 || s.poolSize > 0 && int(st.TotalConns) < s.poolSize
 }
 
 // timeLeft is how long ctx has before its deadline (a long time when it
@@ -265,10 +280,15 @@ func (c attemptCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 // launch starts one attempt of a call on a goroutine of its own, which
 // sends its result on ch (buffered: it never blocks). On a client that
 // does not end a call at its context's deadline, an attempt takes one of
-// the maxGuarded slots, and none is started when none is free. A hedge's
+// the maxGuarded slots, and none is started when none is free; a hedge
+// only while at least half of them are free, so that hedges never take
+// the slots first attempts need. A hedge's
 // end releases its place in flight.
 func (s *Store) launch(ctx context.Context, ch chan<- attemptResult, script *redis.Script, keys []string, args []any, hedge bool) bool {
 	if !s.direct {
+		if hedge && len(s.slots) >= maxGuarded/2 {
+			return false // the other half is kept for calls of their own
+		}
 		select {
 		case s.slots <- struct{}{}:
 		default:

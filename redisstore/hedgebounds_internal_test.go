@@ -10,7 +10,7 @@ import (
 )
 
 // The latency histogram: a bucket holds the latencies up to its upper
-// bound, which is at most a fifth above the lowest of the bucket (four
+// bound, which is at most a quarter above the lowest of the bucket (four
 // buckets per power of two).
 func TestLatencyBuckets(t *testing.T) {
 	for _, d := range []time.Duration{1, 2, 3, 4, 5, 7, 8, 100, 999, 1000, 1024, 100 * time.Microsecond,

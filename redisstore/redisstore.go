@@ -137,8 +137,11 @@
 // with less than a delay left. Hedges counts them. The hedge goes on
 // another connection because the call it hedges holds its own (checked
 // out of go-redis's pool until it ends), so the pool hands the hedge an
-// idle one or dials one; it waits for a turn only when the pool is at its
-// PoolSize, with every other call, never behind the silent connection.
+// idle one or dials one; and a hedge is sent only when the pool has an
+// idle connection or room to dial one within its PoolSize, so it never
+// queues for a turn, behind the silent connection or any other. On a
+// client without ContextTimeoutEnabled a hedge takes one of the 256
+// guarded slots (see Context) only while half of them are free.
 // Each attempt runs on a goroutine of its own, and reads until its call's
 // deadline plus WithTimeout: one that lost the race keeps its connection
 // when its answer comes a little late (go-redis closes a connection whose
@@ -252,6 +255,7 @@ type Store struct {
 	resends     atomic.Int64
 	hedges      atomic.Int64
 	hedge       hedger // the hedge delay and bounds (hedge.go)
+	poolSize    int    // a *redis.Client's PoolSize (0: another client)
 
 	// seen holds, with leases, the identities of recent reconciles: those
 	// absorbed by this process's leases (a repeat is not applied again),
@@ -398,6 +402,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback}
 	s.gauges = newHolder(c.slotTTL)
 	s.direct = clientHonoursContext(client)
+	if rc, ok := client.(*redis.Client); ok {
+		s.poolSize = rc.Options().PoolSize
+	}
 	if !s.direct {
 		s.slots = make(chan struct{}, maxGuarded)
 	}
