@@ -39,12 +39,14 @@ import (
 // store's first call, which dials and loads the script), nor with less
 // than a delay left before the call's deadline: a hedge is for a reply
 // lost here and there, not for a Redis that answers no one, where it
-// would only add connections and goroutines waiting for nothing. A hedge gets another
-// connection from go-redis's pool: the call it hedges holds its own
-// connection (checked out) until it ends, so the pool hands the hedge an
-// idle one or dials a new one; and a hedge is sent only when the pool has
-// an idle connection or room to dial one (connFree), so it never queues
-// for a turn, behind the silent connection or any other.
+// would only add connections and goroutines waiting for nothing.
+//
+// A hedge gets another connection from go-redis's pool: the call it
+// hedges holds its own connection (checked out) until it ends, so the
+// pool hands the hedge an idle one or dials a new one; and a hedge is
+// sent only when the pool has an idle connection or room to dial one
+// (connFree), so it never queues for a turn, behind the silent connection
+// or any other.
 const (
 	hedgeQuantile    = 0.99
 	hedgeMinDelay    = 500 * time.Microsecond
