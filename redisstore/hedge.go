@@ -212,6 +212,16 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 				return nil, r.err
 			}
 		case <-t.C:
+			select {
+			case r := <-ch: // the answer came with the timer (a stall of this process, say): no hedge
+				if r.err == nil {
+					return r.v, nil
+				}
+				if pending--; pending == 0 {
+					return nil, r.err
+				}
+			default:
+			}
 			if !s.open.Load() && h.answering(s.timeout) && timeLeft(ctx) >= delay && s.connFree() && h.take() {
 				if s.launch(actx, ch, script, keys, args, true) {
 					hedges++
