@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +25,9 @@ var benchHashKey = []byte("bench-secret-0123456789")
 // at 1, 16 and 64 goroutines: llmrate (four buckets, one script call),
 // go-redis/redis_rate (one bucket, one script call) and a plain INCR round
 // trip as the floor. Keys rotate over 1,000 so no bucket runs dry.
+// Besides admissions/s: p50 and p99 latency of one admission, and the
+// llmrate stores' hedges per 1,000 admissions (only admissions with an
+// identity, the "-id" ones, are hedged).
 // "default-batched" is WithBatching(64) (opt-in); "default-unbatched" and
 // "separate" make one script call per admission, the store's default.
 func BenchmarkRedis(b *testing.B) {
@@ -82,38 +88,72 @@ func BenchmarkRedis(b *testing.B) {
 						b.Error(err)
 					}
 				}
-				runAdmissions(b, c, g, run)
+				runAdmissions(b, c, g, run, store.Hedges, batched.Hedges)
 			})
 		}
 	}
 }
 
 // runAdmissions runs run b.N times, on this goroutine for g == 1, else
-// spread over about g goroutines, and reports admissions per second.
-func runAdmissions(b *testing.B, c *redis.Client, g int, run func()) {
-	server0, client0 := serverCPU(b, c), clientCPU()
+// spread over about g goroutines, and reports admissions per second, the
+// 50th and 99th percentiles of one admission's latency (p50-us, p99-us),
+// and CPU time per admission. hedges, when not nil, counts the hedges of
+// the stores under test (redisstore's Hedges): their difference over the
+// run is reported per 1,000 admissions (hedges/1k-op).
+func runAdmissions(b *testing.B, c *redis.Client, g int, run func(), hedges ...func() int64) {
+	hedged := func() int64 {
+		var n int64
+		for _, h := range hedges {
+			n += h()
+		}
+		return n
+	}
+	server0, client0, hedges0 := serverCPU(b, c), clientCPU(), hedged()
+	var mu sync.Mutex
+	var lats []time.Duration
+	timed := func(pb func() bool) {
+		own := make([]time.Duration, 0, 1024)
+		for pb() {
+			t := time.Now()
+			run()
+			own = append(own, time.Since(t))
+		}
+		mu.Lock()
+		lats = append(lats, own...)
+		mu.Unlock()
+	}
 	b.ResetTimer()
 	start := time.Now()
 	if g == 1 {
-		for range b.N {
-			run()
-		}
+		i := 0
+		timed(func() bool { i++; return i <= b.N })
 	} else {
 		b.SetParallelism((g + 1) / 2) // GOMAXPROCS=2 on the reference machine
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				run()
-			}
-		})
+		b.RunParallel(func(pb *testing.PB) { timed(pb.Next) })
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "admissions/s")
+	slices.Sort(lats)
+	b.ReportMetric(float64(percentile(lats, 0.50))/1e3, "p50-us")
+	b.ReportMetric(float64(percentile(lats, 0.99))/1e3, "p99-us")
+	if len(hedges) > 0 {
+		b.ReportMetric(float64(hedged()-hedges0)*1000/float64(b.N), "hedges/1k-op")
+	}
 	// CPU time per admission, the benchmark process's and redis-server's
 	// (user + system): what the two spend on the two shared cores, which
 	// other work on the machine moves less than it moves wall time.
 	b.ReportMetric((clientCPU()-client0).Seconds()*1e6/float64(b.N), "client-cpu-us/op")
 	b.ReportMetric((serverCPU(b, c)-server0).Seconds()*1e6/float64(b.N), "server-cpu-us/op")
+}
+
+// percentile is the q-quantile of sorted (nearest rank), 0 when empty.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // serverCPU is the CPU time redis-server has used, user and system, as its

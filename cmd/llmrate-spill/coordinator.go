@@ -42,10 +42,10 @@ type config struct {
 	Think               time.Duration
 	Seed                uint64
 
-	Drop, Spike, Reset      float64
-	SpikeLong, SpikeShort   time.Duration
-	RestartAt, RestartDown  time.Duration // RestartAt 0: at 40% of Duration
-	RedisServer, WorkerPath string
+	Drop, Silent, Spike, Reset float64
+	SpikeLong, SpikeShort      time.Duration
+	RestartAt, RestartDown     time.Duration // RestartAt 0: at 40% of Duration
+	RedisServer, WorkerPath    string
 }
 
 // scenario is one set of faults.
@@ -56,7 +56,7 @@ type scenario struct {
 	about   string
 }
 
-var scenarioNames = []string{"baseline", "drop", "hang", "spike", "spike-short", "reset", "restart"}
+var scenarioNames = []string{"baseline", "drop", "hang", "silent", "spike", "spike-short", "reset", "flaky", "restart"}
 
 func (c *config) scenario(name string) (scenario, error) {
 	switch name {
@@ -68,6 +68,14 @@ func (c *config) scenario(name string) (scenario, error) {
 	case "hang":
 		return scenario{name: name, faults: faultproxy.Faults{DropReply: c.Drop, Hang: true},
 			about: fmt.Sprintf("%g%% of replies dropped after Redis ran the command, connection hung", 100*c.Drop)}, nil
+	case "silent":
+		return scenario{name: name, faults: faultproxy.Faults{SilentReply: c.Silent},
+			about: fmt.Sprintf("%g%% of replies discarded after Redis ran the command, connection left open and silent", 100*c.Silent)}, nil
+	case "flaky":
+		return scenario{name: name, faults: faultproxy.Faults{SilentReply: c.Silent, ResetRequest: c.Reset / 2, ResetReply: c.Reset / 2,
+			SpikeReply: c.Spike, Spike: c.SpikeShort},
+			about: fmt.Sprintf("silent, reset and spike-short together: %g%% of replies silenced, %g%% of requests and %g%% of replies reset, %g%% of replies held %v",
+				100*c.Silent, 50*c.Reset, 50*c.Reset, 100*c.Spike, c.SpikeShort)}, nil
 	case "spike":
 		return scenario{name: name, faults: faultproxy.Faults{SpikeReply: c.Spike, Spike: c.SpikeLong},
 			about: fmt.Sprintf("%g%% of replies held %v", 100*c.Spike, c.SpikeLong)}, nil
@@ -150,6 +158,7 @@ type row struct {
 	RecShared, RecFallback, RecFailed       int64
 	TokRecFallback, TokRecFailed            int64 // credits (estimate − usage) not applied to the shared store
 	FailOpenReconcile, RedisErrors, Other   int64
+	Hedges, Resends                         int64
 	CloseErrors                             []string
 	Proxy                                   faultproxy.Stats `json:"proxy"`
 	Workers                                 []workerResult   `json:"workers"`
@@ -422,7 +431,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 		after := b.proxy.Stats()
 		r.Proxy = faultproxy.Stats{Conns: after.Conns - before.Conns, DialErrors: after.DialErrors - before.DialErrors,
 			Refused: after.Refused - before.Refused, Requests: after.Requests - before.Requests, Replies: after.Replies - before.Replies,
-			Dropped: after.Dropped - before.Dropped, Spiked: after.Spiked - before.Spiked, ResetRequest: after.ResetRequest - before.ResetRequest,
+			Dropped: after.Dropped - before.Dropped, Silenced: after.Silenced - before.Silenced, Spiked: after.Spiked - before.Spiked, ResetRequest: after.ResetRequest - before.ResetRequest,
 			ResetReply: after.ResetReply - before.ResetReply, Killed: after.Killed - before.Killed}
 	}
 	var deltaShared, unexplained int64
@@ -443,6 +452,8 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 		r.TokRecFallback -= w.DeltaFallback
 		r.TokRecFailed -= w.DeltaFailed
 		r.RedisErrors += w.RedisErrors
+		r.Hedges += w.Hedges
+		r.Resends += w.Resends
 		deltaShared += w.DeltaShared
 		unexplained += w.Unexplained
 		if w.CloseError != "" {

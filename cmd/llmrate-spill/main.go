@@ -84,10 +84,11 @@ func coordinatorMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Think, "think", time.Millisecond, "pause of each client between requests")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the faults and of the reported usage")
 	fs.Float64Var(&cfg.Drop, "drop", 0.02, "fraction of replies dropped (drop, hang)")
-	fs.Float64Var(&cfg.Spike, "spike", 0.05, "fraction of replies held (spike, spike-short)")
+	fs.Float64Var(&cfg.Silent, "silent", 0.02, "fraction of replies discarded with the connection left open and silent (silent, flaky)")
+	fs.Float64Var(&cfg.Spike, "spike", 0.05, "fraction of replies held (spike, spike-short, flaky)")
 	fs.DurationVar(&cfg.SpikeLong, "spike-long", 200*time.Millisecond, "hold of a spike (spike)")
-	fs.DurationVar(&cfg.SpikeShort, "spike-short", 10*time.Millisecond, "hold of a short spike, below the store's timeout (spike-short)")
-	fs.Float64Var(&cfg.Reset, "reset", 0.01, "fraction of exchanges answered by a connection reset, half before Redis ran the command, half after (reset)")
+	fs.DurationVar(&cfg.SpikeShort, "spike-short", 10*time.Millisecond, "hold of a short spike, below the store's timeout (spike-short, flaky)")
+	fs.Float64Var(&cfg.Reset, "reset", 0.01, "fraction of exchanges answered by a connection reset, half before Redis ran the command, half after (reset, flaky)")
 	fs.DurationVar(&cfg.RestartAt, "restart-at", 0, "when Redis is killed (restart; 0: at 40% of -duration)")
 	fs.DurationVar(&cfg.RestartDown, "restart-down", 500*time.Millisecond, "how long Redis stays down (restart)")
 	fs.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary")
@@ -206,14 +207,14 @@ func printTables(out io.Writer, rows []row) {
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "beyond exact: admitted − exact when positive; in brackets, how far below exact otherwise.")
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "| scenario | mode | elapsed | requests | refused | Redis allowed | lease | fallback allowed / refused | failed open | reconciles Redis / fallback / failed | Redis errors | proxy: conns, dropped, held, resets | unattributed |")
-	fmt.Fprintln(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(out, "| scenario | mode | elapsed | requests | refused | Redis allowed | lease | fallback allowed / refused | failed open | reconciles Redis / fallback / failed | Redis errors | hedges / resends | proxy: conns, dropped, silenced, held, resets | unattributed |")
+	fmt.Fprintln(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, r := range rows {
-		fmt.Fprintf(out, "| %s | %s | %v | %s | %s | %s | %s | %s / %s | %s | %s / %s / %s | %s | %d, %d, %d, %d | %d |\n",
+		fmt.Fprintf(out, "| %s | %s | %v | %s | %s | %s | %s | %s / %s | %s | %s / %s / %s | %s | %s / %s | %d, %d, %d, %d, %d | %d |\n",
 			r.Scenario, r.Mode, r.Elapsed.Round(time.Millisecond), num(r.Requests), num(r.Refused), num(r.RedisAllowed), num(r.LeaseLocal),
 			num(r.FallbackAllowed), num(r.FallbackRefused), num(r.FailOpenAdmit),
-			num(r.RecShared), num(r.RecFallback), num(r.RecFailed), num(r.RedisErrors),
-			r.Proxy.Conns, r.Proxy.Dropped, r.Proxy.Spiked, r.Proxy.ResetRequest+r.Proxy.ResetReply+r.Proxy.Killed, r.Unattributed)
+			num(r.RecShared), num(r.RecFallback), num(r.RecFailed), num(r.RedisErrors), num(r.Hedges), num(r.Resends),
+			r.Proxy.Conns, r.Proxy.Dropped, r.Proxy.Silenced, r.Proxy.Spiked, r.Proxy.ResetRequest+r.Proxy.ResetReply+r.Proxy.Killed, r.Unattributed)
 	}
 	for _, r := range rows {
 		for _, e := range r.CloseErrors {

@@ -46,7 +46,7 @@ func tinyConfig(t *testing.T) config {
 	require.NoError(t, err)
 	return config{Processes: 2, Clients: 2, Duration: 1500 * time.Millisecond, Scenarios: []string{"baseline"},
 		RPM: 60, TPM: 6_000, Estimate: 128, MinActual: 64, Share: 0.1, Batch: 8, Fallback: true, MaxRetries: -1,
-		CtxTimeout: true, Think: time.Millisecond, Seed: 1, Drop: 0.02, Spike: 0.05, SpikeLong: 200 * time.Millisecond,
+		CtxTimeout: true, Think: time.Millisecond, Seed: 1, Drop: 0.02, Silent: 0.02, Spike: 0.05, SpikeLong: 200 * time.Millisecond,
 		SpikeShort: 10 * time.Millisecond, Reset: 0.01, RestartDown: 200 * time.Millisecond, WorkerPath: exe}
 }
 
@@ -98,6 +98,30 @@ func TestRedisBaseline(t *testing.T) {
 	assert.LessOrEqual(t, r.TokCharged-r.TokBound, r.counted()*r.Estimate+r.TokRecFailed+r.TokRecFallback, "tokens beyond exact")
 	assert.Contains(t, out.String(), "| baseline | off | off | ")
 	assert.Contains(t, out.String(), "| baseline | on | off | ")
+}
+
+// The silent scenario runs: replies are discarded with their connections
+// left open, the stores hedge them, and the report says so (hedges, and
+// the proxy's silenced replies); without leases nothing is admitted
+// beyond exact but what failed open or the fallback allowed.
+func TestRedisSilent(t *testing.T) {
+	cfg := tinyConfig(t)
+	cfg.RedisServer = redistest.Binary(t)
+	cfg.Scenarios = []string{"silent"}
+	cfg.Modes = []string{modePlain}
+	cfg.Silent = 0.05
+	var out bytes.Buffer
+	rows, err := runBench(context.Background(), cfg, &out, nil)
+	require.NoError(t, err, out.String())
+	require.Len(t, rows, 1)
+	t.Log("\n" + out.String())
+	r := rows[0]
+	assert.Positive(t, r.Proxy.Silenced, "replies were silenced")
+	assert.Zero(t, r.Proxy.Dropped, "none closed")
+	assert.Positive(t, r.Hedges, "the stores hedged")
+	assert.Zero(t, r.Unattributed)
+	assert.LessOrEqual(t, r.Admitted-r.ReqBound, r.counted(), "requests beyond exact")
+	assert.Contains(t, out.String(), "| silent | off | off | ")
 }
 
 func TestBadFlags(t *testing.T) {

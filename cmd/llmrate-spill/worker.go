@@ -81,6 +81,8 @@ type workerResult struct {
 	FallbackAllowed   int64 `json:"fallback_allowed"`
 	StoreErrors       int64 `json:"store_errors"` // Admit calls that returned an error (the limiter failed open)
 	RedisErrors       int64 `json:"redis_errors"` // redisstore's Errors()
+	Hedges            int64 `json:"hedges"`       // redisstore's Hedges()
+	Resends           int64 `json:"resends"`      // redisstore's Resends()
 
 	// Reconciles the limiter sent to the store, by where they landed, and
 	// their token deltas (actual − estimate: ≤ 0 here).
@@ -142,7 +144,8 @@ type worker struct {
 	res    workerResult
 	closed bool
 
-	errorsBefore int64 // the store's Errors() when the clock started
+	errorsBefore                int64 // the store's Errors() when the clock started
+	hedgesBefore, resendsBefore int64 // and its Hedges() and Resends()
 }
 
 func newWorker(cfg workerConfig) (*worker, error) {
@@ -240,6 +243,7 @@ func (w *worker) warm(figures llmrate.Limits) {
 	}
 	w.probe.reset()
 	w.errorsBefore = w.store.Errors()
+	w.hedgesBefore, w.resendsBefore = w.store.Hedges(), w.store.Resends()
 }
 
 func (w *worker) warmOnce(figures llmrate.Limits) error {
@@ -340,6 +344,7 @@ func (w *worker) finish() workerResult {
 		r.DeltaShared, r.DeltaFallback, r.DeltaFailed = p.t.deltaShared, p.t.deltaFallback, p.t.deltaFailed
 		p.mu.Unlock()
 		r.RedisErrors = w.store.Errors() - w.errorsBefore
+		r.Hedges, r.Resends = w.store.Hedges()-w.hedgesBefore, w.store.Resends()-w.resendsBefore
 	}
 	return r
 }

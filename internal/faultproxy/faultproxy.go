@@ -1,8 +1,9 @@
 // Package faultproxy is a TCP proxy on the loopback interface that injects
 // the faults a network and a server inflict on a client: replies lost after
-// the server received (and ran) the request, latency spikes, connection
-// resets, and pauses during which nothing connects and every connection is
-// cut.
+// the server received (and ran) the request, with the connection closed or
+// left open and silent (a dead link, a stalled peer, a middlebox that
+// blackholes), latency spikes, connection resets, and pauses during which
+// nothing connects and every connection is cut.
 //
 // The proxy knows nothing of the protocol it carries. A request is one read
 // from the client and a reply one read from the server (up to 64 KiB): for
@@ -42,6 +43,13 @@ type Faults struct {
 	// (later requests are read and discarded), until the client closes it
 	// or the proxy kills it.
 	Hang bool
+	// SilentReply is the fraction of replies the proxy discards after the
+	// server sent them, leaving the connection open and silent: no close,
+	// no reset, nothing more reaches either end (later requests are read
+	// and discarded) until the client closes it or the proxy kills it. It
+	// is DropReply with Hang, drawn on its own, so that one set of faults
+	// can both close and silence connections.
+	SilentReply float64
 	// SpikeReply is the fraction of replies held for Spike before they are
 	// forwarded (later replies on that connection wait behind it).
 	SpikeReply float64
@@ -61,7 +69,7 @@ func (f Faults) validate() error {
 	for _, v := range []struct {
 		name string
 		x    float64
-	}{{"DropReply", f.DropReply}, {"SpikeReply", f.SpikeReply}, {"ResetRequest", f.ResetRequest}, {"ResetReply", f.ResetReply}} {
+	}{{"DropReply", f.DropReply}, {"SilentReply", f.SilentReply}, {"SpikeReply", f.SpikeReply}, {"ResetRequest", f.ResetRequest}, {"ResetReply", f.ResetReply}} {
 		if !(v.x >= 0 && v.x <= 1) {
 			errs = append(errs, fmt.Errorf("faultproxy: %s %v, want a fraction in [0, 1]", v.name, v.x))
 		}
@@ -80,6 +88,7 @@ type Stats struct {
 	Requests     int64 // requests forwarded (or being forwarded) to the server
 	Replies      int64 // replies forwarded (or being forwarded) to the client
 	Dropped      int64 // replies swallowed (DropReply)
+	Silenced     int64 // replies discarded, their connections left open and silent (SilentReply, SilenceNext)
 	Spiked       int64 // replies held (SpikeReply)
 	ResetRequest int64 // connections reset instead of forwarding a request
 	ResetReply   int64 // connections reset instead of forwarding a reply
@@ -87,7 +96,7 @@ type Stats struct {
 }
 
 type stats struct {
-	conns, dialErrors, refused, requests, replies, dropped, spiked, resetRequest, resetReply, killed atomic.Int64
+	conns, dialErrors, refused, requests, replies, dropped, silenced, spiked, resetRequest, resetReply, killed atomic.Int64
 }
 
 // Proxy forwards connections from its loopback address to a target,
@@ -103,6 +112,7 @@ type Proxy struct {
 	conns  map[*conn]struct{}
 	closed bool
 	nextID uint64
+	silent int // replies still to silence (SilenceNext)
 
 	wg sync.WaitGroup // the accept loop and every connection's goroutines
 	st stats
@@ -153,11 +163,34 @@ func (p *Proxy) Faults() Faults {
 	return p.faults
 }
 
+// SilenceNext makes the proxy discard the next n replies it reads from the
+// server, on whichever connections they come, as SilentReply does: each
+// one's connection is left open and silent. It is the deterministic form
+// of SilentReply, for tests: n replaces any count still pending, and 0
+// cancels it.
+func (p *Proxy) SilenceNext(n int) {
+	p.mu.Lock()
+	p.silent = max(0, n)
+	p.mu.Unlock()
+}
+
+// takeSilent reports whether the reply just read is one SilenceNext asked
+// to discard, counting it down.
+func (p *Proxy) takeSilent() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.silent == 0 {
+		return false
+	}
+	p.silent--
+	return true
+}
+
 // Stats returns what the proxy did so far.
 func (p *Proxy) Stats() Stats {
 	s := &p.st
 	return Stats{Conns: s.conns.Load(), DialErrors: s.dialErrors.Load(), Refused: s.refused.Load(), Requests: s.requests.Load(),
-		Replies: s.replies.Load(), Dropped: s.dropped.Load(), Spiked: s.spiked.Load(), ResetRequest: s.resetRequest.Load(),
+		Replies: s.replies.Load(), Dropped: s.dropped.Load(), Silenced: s.silenced.Load(), Spiked: s.spiked.Load(), ResetRequest: s.resetRequest.Load(),
 		ResetReply: s.resetReply.Load(), Killed: s.killed.Load()}
 }
 
@@ -297,6 +330,7 @@ const (
 	kindResetReply
 	kindDrop
 	kindSpike
+	kindSilent
 )
 
 // draws reports whether the seq-th read of connection id, for fault kind,
@@ -329,7 +363,7 @@ type conn struct {
 	client, server net.Conn
 	done           chan struct{} // closed with the connection: ends a spike early
 	once           sync.Once
-	hung           atomic.Bool // a reply was dropped under Hang: discard everything
+	hung           atomic.Bool // a reply was silenced (SilentReply, SilenceNext, Hang): discard everything
 }
 
 const bufSize = 64 << 10
@@ -372,13 +406,14 @@ func (c *conn) down() {
 				c.p.st.resetReply.Add(1)
 				c.reset()
 				return
+			case c.p.takeSilent() || draws(c.p.seed, kindSilent, c.id, seq, f.SilentReply):
+				c.p.st.silenced.Add(1)
+				c.silence()
+				return
 			case draws(c.p.seed, kindDrop, c.id, seq, f.DropReply):
 				c.p.st.dropped.Add(1)
 				if f.Hang {
-					// The client's side stays open; up discards what it
-					// sends until the client or the proxy closes it.
-					c.hung.Store(true)
-					_ = c.server.Close()
+					c.silence()
 					return
 				}
 				c.close()
@@ -406,6 +441,13 @@ func (c *conn) down() {
 			return
 		}
 	}
+}
+
+// silence leaves the client's side open and quiet: up discards what it
+// sends until the client or the proxy closes it.
+func (c *conn) silence() {
+	c.hung.Store(true)
+	_ = c.server.Close()
 }
 
 // close closes both ends (the client reads EOF) and forgets the

@@ -129,9 +129,9 @@ func TestRejectsBadInput(t *testing.T) {
 	s := startLineServer(t)
 	p := newProxy(t, s.ln.Addr().String(), 1)
 	require.NoError(t, p.Set(Faults{DropReply: 0.5}))
-	err = p.Set(Faults{DropReply: 1.5, SpikeReply: -0.1, ResetRequest: 2, ResetReply: -1, Spike: -time.Second})
+	err = p.Set(Faults{DropReply: 1.5, SilentReply: 2, SpikeReply: -0.1, ResetRequest: 2, ResetReply: -1, Spike: -time.Second})
 	require.Error(t, err)
-	for _, name := range []string{"DropReply", "SpikeReply", "ResetRequest", "ResetReply", "Spike"} {
+	for _, name := range []string{"DropReply", "SilentReply", "SpikeReply", "ResetRequest", "ResetReply", "Spike"} {
 		assert.ErrorContains(t, err, name)
 	}
 	assert.Equal(t, Faults{DropReply: 0.5}, p.Faults(), "an invalid Set leaves the faults unchanged")
@@ -168,6 +168,60 @@ func TestDropReplyHangs(t *testing.T) {
 	assert.True(t, ne.Timeout(), "want a timeout, got %v", err)
 	assert.Equal(t, int64(1), s.received.Load(), "only the first request reached the server")
 	assert.Equal(t, 1, p.Kill(), "the hung connection is still open")
+}
+
+// A silent reply: the server ran the request, the client's connection stays
+// open and quiet (its read times out, it never sees EOF or a reset), and
+// what it sends next never reaches the server; other connections are
+// untouched by a SilentReply fraction of 0.
+func TestSilentReply(t *testing.T) {
+	s := startLineServer(t)
+	p := newProxy(t, s.ln.Addr().String(), 1)
+	require.NoError(t, p.Set(Faults{SilentReply: 1}))
+	c := dial(t, p.Addr())
+	_, err := c.ask("set", 100*time.Millisecond)
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout(), "want a timeout, got %v", err)
+	_, err = c.ask("again", 100*time.Millisecond)
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout(), "want a timeout, got %v", err)
+	assert.Equal(t, int64(1), s.received.Load(), "only the first request reached the server")
+	st := p.Stats()
+	assert.Equal(t, int64(1), st.Silenced)
+	assert.Zero(t, st.Dropped, "a silent reply is not a closing drop")
+	assert.Equal(t, 1, p.Kill(), "the silent connection is still open")
+}
+
+// SilenceNext silences exactly the next n replies, whichever connections
+// they come on, then none: the deterministic form for tests.
+func TestSilenceNext(t *testing.T) {
+	s := startLineServer(t)
+	p := newProxy(t, s.ln.Addr().String(), 1)
+	ok := dial(t, p.Addr())
+	_, err := ok.ask("warm", 5*time.Second)
+	require.NoError(t, err)
+	p.SilenceNext(2)
+	for i := range 2 {
+		c := dial(t, p.Addr())
+		_, err := c.ask(fmt.Sprint("lost", i), 100*time.Millisecond)
+		var ne net.Error
+		require.ErrorAs(t, err, &ne, "reply %d", i)
+		assert.True(t, ne.Timeout(), "want a timeout, got %v", err)
+		// The client gave up waiting; the proxy silences the reply once
+		// the server sends it (on a loaded machine, maybe later).
+		require.Eventually(t, func() bool { return p.Stats().Silenced == int64(i+1) }, 5*time.Second, time.Millisecond)
+	}
+	got, err := ok.ask("after", 5*time.Second)
+	require.NoError(t, err, "the count is spent: the next reply passes")
+	assert.Equal(t, "+after\r\n", got)
+	p.SilenceNext(1)
+	p.SilenceNext(0)
+	got, err = ok.ask("cancelled", 5*time.Second)
+	require.NoError(t, err, "SilenceNext(0) cancels a pending count")
+	assert.Equal(t, "+cancelled\r\n", got)
+	assert.Equal(t, int64(2), p.Stats().Silenced)
+	assert.Equal(t, int64(5), s.received.Load(), "the silenced requests reached the server")
 }
 
 func TestResetReply(t *testing.T) {

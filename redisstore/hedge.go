@@ -1,0 +1,346 @@
+package redisstore
+
+import (
+	"context"
+	"math/bits"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Hedging: a call whose every admission and reconcile has an identity
+// (the calls the store may resend) and that is still unanswered after the
+// hedge delay is sent again, on another connection, with the same
+// identities; Redis answers a repeat with its first answer and applies
+// nothing twice, so whichever answer comes first is the call's, and a
+// later one is discarded. This is what decides a call whose reply was
+// lost on a connection that stays open (no close, no reset: nothing
+// tells go-redis), which would otherwise wait out the whole WithTimeout
+// and fail; and it cuts the tail a slow connection adds.
+//
+// The delay is learned: the 99th percentile of the latencies of recent
+// answered calls (a histogram with four buckets per power of two, so
+// rounded up by at most a quarter, over about the last hedgeWindow to
+// 2 × hedgeWindow calls), so that on a quiet network about 1% of calls
+// hedge (at most 2% is the goal: each needless hedge is load on a shared
+// Redis). It is bounded within the timeout: at most a quarter of the time
+// the call has (WithTimeout, or its caller's deadline when nearer), so up
+// to hedgeMaxPerCall hedges, one a delay after the other, each fit with
+// time for a round trip; and at least hedgeMinDelay (or that quarter when
+// shorter): below it a hedge saves too little to be worth the load. Until
+// the first window is full the delay is that quarter.
+//
+// The extra load is bounded per store: at most hedgeMaxInFlight hedges in
+// flight at once, and, per window of hedgeWindow calls, at most
+// hedgeBurst hedges plus hedgeBudget of the window's calls so far. A
+// hedge is never sent while the breaker is open, nor unless Redis answered
+// some call of this store within the last WithTimeout (so not on a
+// store's first call, which dials and loads the script), nor with less
+// than a delay left before the call's deadline: a hedge is for a reply
+// lost here and there, not for a Redis that answers no one, where it
+// would only add connections and goroutines waiting for nothing.
+//
+// A hedge gets another connection from go-redis's pool: the call it
+// hedges holds its own connection (checked out) until it ends, so the
+// pool hands the hedge an idle one or dials a new one; and a hedge is
+// sent only when the pool has an idle connection or room to dial one
+// (connFree), so it never queues for a turn, behind the silent connection
+// or any other.
+const (
+	hedgeQuantile    = 0.99
+	hedgeMinDelay    = 500 * time.Microsecond
+	hedgeMaxPerCall  = 3
+	hedgeMaxInFlight = 16
+	hedgeWindow      = 1024
+	hedgeBurst       = 16
+	hedgeBudget      = 0.10
+)
+
+// latBuckets is the latency histogram's size (latIndex): one bucket for
+// each of 0 to 3 ns, then four per power of two.
+const latBuckets = 4 * 63
+
+// hedger is a store's hedging state.
+type hedger struct {
+	delay    atomic.Int64 // the learned delay, ns; 0 until the first window
+	calls    atomic.Int64 // hedgeable calls made
+	spent    atomic.Int64 // hedges sent in the current window of calls
+	inFlight atomic.Int64 // hedges in flight
+	learning atomic.Bool  // a window's end is being processed
+	answered atomic.Int64 // when an attempt was last answered (unix ns, to within hedgeAnsweredGrain)
+	hist     [latBuckets]atomic.Int64
+}
+
+// latIndex is the histogram bucket of d: d itself below 4 ns, then four
+// buckets per power of two (v in [2^(e−1), 2^e) with e ≥ 3 splits by its
+// two bits below the top one).
+func latIndex(d time.Duration) int {
+	v := uint64(max(d, 0))
+	e := bits.Len64(v)
+	if e < 3 {
+		return int(v) // 0..3
+	}
+	return 4*(e-2) + int(v>>(e-3)&3)
+}
+
+// latUpper is the longest latency in bucket i.
+func latUpper(i int) time.Duration {
+	if i < 4 {
+		return time.Duration(i)
+	}
+	e, sub := i/4+2, uint64(i%4)
+	return time.Duration((4+sub+1)<<(e-3) - 1)
+}
+
+// observe records the latency of an answered call.
+func (h *hedger) observe(d time.Duration) {
+	h.hist[latIndex(d)].Add(1)
+	if now := time.Now().UnixNano(); now-h.answered.Load() > int64(hedgeAnsweredGrain) {
+		h.answered.Store(now)
+	}
+}
+
+// hedgeAnsweredGrain is how stale the time of the last answer may be (it
+// is written at most about once per grain, not on every answer).
+const hedgeAnsweredGrain = time.Millisecond
+
+// answering reports whether Redis answered an attempt of this store
+// within the last within.
+func (h *hedger) answering(within time.Duration) bool {
+	return time.Now().UnixNano()-h.answered.Load() <= int64(within+hedgeAnsweredGrain)
+}
+
+// called counts a hedgeable call; every hedgeWindow calls it learns the
+// delay from the histogram, halves the histogram (older windows weigh
+// less) and opens a new window of the budget.
+func (h *hedger) called() {
+	if h.calls.Add(1)%hedgeWindow != 0 || !h.learning.CompareAndSwap(false, true) {
+		return
+	}
+	defer h.learning.Store(false)
+	h.spent.Store(0)
+	var counts [latBuckets]int64
+	var total int64
+	for i := range h.hist {
+		counts[i] = h.hist[i].Load()
+		total += counts[i]
+	}
+	if total < hedgeWindow/2 {
+		return // too few answers to say (most calls failed): keep the delay
+	}
+	want := int64(float64(total)*hedgeQuantile + 0.5)
+	var cum int64
+	for i, n := range counts {
+		if cum += n; cum >= want {
+			h.delay.Store(int64(latUpper(i)))
+			break
+		}
+	}
+	for i := range h.hist {
+		h.hist[i].Add(-counts[i] / 2)
+	}
+}
+
+// delayFor is the hedge delay of a call that has until deadline: the
+// learned delay, bounded by [hedgeMinDelay, a quarter of the time the call
+// has].
+func (h *hedger) delayFor(ctx context.Context, timeout time.Duration) time.Duration {
+	hi := timeout
+	if dl, ok := ctx.Deadline(); ok {
+		hi = min(hi, time.Until(dl))
+	}
+	hi /= 4
+	d := time.Duration(h.delay.Load())
+	if d == 0 {
+		return max(hi, 0)
+	}
+	return max(min(d, hi), min(hedgeMinDelay, hi), 0)
+}
+
+// take reserves a hedge within the bounds (in flight, and the window's
+// budget), or reports false.
+func (h *hedger) take() bool {
+	if h.inFlight.Add(1) > hedgeMaxInFlight {
+		h.inFlight.Add(-1)
+		return false
+	}
+	allowed := hedgeBurst + int64(float64(h.calls.Load()%hedgeWindow)*hedgeBudget)
+	if h.spent.Add(1) > allowed {
+		h.spent.Add(-1)
+		h.inFlight.Add(-1)
+		return false
+	}
+	return true
+}
+
+// attemptResult is one attempt's answer.
+type attemptResult struct {
+	v   any
+	err error
+}
+
+// hedged runs an identified call (see run): an attempt now, and a hedge
+// each hedge delay after while none has answered, within the bounds; the
+// first answer wins. It returns when an attempt answers, when every
+// attempt sent has failed, or at ctx's end, whichever comes first; an
+// attempt still in flight then ends by ctx's deadline (or, on a client
+// without ContextTimeoutEnabled, by its read timeout, holding one of the
+// maxGuarded slots meanwhile), and its answer is discarded.
+func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
+	h := &s.hedge
+	h.called()
+	ch := make(chan attemptResult, 1+hedgeMaxPerCall)
+	actx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		actx = attemptCtx{ctx, dl.Add(s.timeout)}
+	}
+	if !s.launch(actx, ch, script, keys, args, false) {
+		return nil, errBusy
+	}
+	pending, hedges := 1, 0
+	delay := h.delayFor(ctx, s.timeout)
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-ch:
+			if r.err == nil {
+				return r.v, nil
+			}
+			if pending--; pending == 0 {
+				return nil, r.err
+			}
+		case <-t.C:
+			select {
+			case r := <-ch: // the answer came with the timer (a stall of this process, say): no hedge
+				if r.err == nil {
+					return r.v, nil
+				}
+				if pending--; pending == 0 {
+					return nil, r.err
+				}
+			default:
+			}
+			if !s.open.Load() && h.answering(s.timeout) && timeLeft(ctx) >= delay && s.connFree() && h.take() {
+				if s.launch(actx, ch, script, keys, args, true) {
+					hedges++
+					pending++
+					s.hedges.Add(1)
+				} else {
+					h.spent.Add(-1)
+					h.inFlight.Add(-1)
+				}
+			}
+			if hedges < hedgeMaxPerCall {
+				t.Reset(delay)
+			}
+		case <-ctx.Done():
+			select {
+			case r := <-ch: // an answer that came with the deadline
+				if r.err == nil {
+					return r.v, nil
+				}
+			default:
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// connFree reports whether the client's pool can give a hedge a
+// connection without waiting: an idle one, or room to dial one (known for
+// a *redis.Client, whose PoolSize bounds its one pool; a cluster's or a
+// ring's stats add up pools of their own, so there an idle connection
+// somewhere is what counts). A hedge that would queue for a connection
+// behind every other call decides nothing sooner, and only holds a turn
+// the calls queued with it need.
+func (s *Store) connFree() bool {
+	st := s.c.PoolStats()
+	if st == nil {
+		return true
+	}
+	return st.IdleConns > 0 || s.poolSize > 0 && int(st.TotalConns) < s.poolSize
+}
+
+// timeLeft is how long ctx has before its deadline (a long time when it
+// has none).
+func timeLeft(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return time.Until(dl)
+	}
+	return time.Hour
+}
+
+// attemptCtx is the context of a call's attempts: the call's (its values,
+// and its end, at which an attempt still waiting for a connection gives
+// up), but for its deadline, the call's plus WithTimeout. go-redis (with
+// ContextTimeoutEnabled) sets a connection's read and write deadlines from
+// it, and closes a connection whose deadline passed: an attempt that lost
+// the race, or whose call gave up at its deadline, keeps its connection
+// while its answer comes a little late, instead of closing it (and having
+// the next call dial, under load, a new one). The call itself returns by
+// its own deadline (hedged), and a silent connection is closed a timeout
+// later.
+type attemptCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c attemptCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// launch starts one attempt of a call on a goroutine of its own, which
+// sends its result on ch (buffered: it never blocks). On a client that
+// does not end a call at its context's deadline, an attempt takes one of
+// the maxGuarded slots, and none is started when none is free; a hedge
+// only while at least half of them are free, so that hedges never take
+// the slots first attempts need. A hedge's
+// end releases its place in flight.
+func (s *Store) launch(ctx context.Context, ch chan<- attemptResult, script *redis.Script, keys []string, args []any, hedge bool) bool {
+	if !s.direct {
+		if hedge && len(s.slots) >= maxGuarded/2 {
+			return false // the other half is kept for calls of their own
+		}
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			return false
+		}
+	}
+	go func() {
+		if !s.direct {
+			defer func() { <-s.slots }()
+		}
+		if hedge {
+			defer s.hedge.inFlight.Add(-1)
+		}
+		v, err := s.attempt(ctx, script, keys, args)
+		ch <- attemptResult{v, err}
+	}()
+	return true
+}
+
+// attempt sends an identified call, and sends it again on another
+// connection while its reply is lost to a closed or reset connection and
+// ctx allows (at most maxResends times); it records the latency of the
+// answer.
+func (s *Store) attempt(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
+	for try := 0; ; try++ {
+		start := time.Now()
+		v, err := script.Run(ctx, s.c, keys, args...).Result()
+		if err == nil {
+			s.hedge.observe(time.Since(start))
+			return v, nil
+		}
+		if try == maxResends || ctx.Err() != nil || !lostReply(err) {
+			return nil, err
+		}
+		s.resends.Add(1)
+	}
+}
+
+// Hedges returns how many hedges the store sent: calls sent again on
+// another connection because no answer had come within the hedge delay
+// (see the package doc, Faults). Each carried its identities, so Redis
+// answered the repeat with its first answer and applied nothing twice.
+func (s *Store) Hedges() int64 { return s.hedges.Load() }

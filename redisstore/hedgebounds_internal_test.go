@@ -1,0 +1,90 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The latency histogram: a bucket holds the latencies up to its upper
+// bound, which is at most a quarter above the lowest of the bucket (four
+// buckets per power of two).
+func TestLatencyBuckets(t *testing.T) {
+	for _, d := range []time.Duration{1, 2, 3, 4, 5, 7, 8, 100, 999, 1000, 1024, 100 * time.Microsecond,
+		time.Millisecond, 7500 * time.Microsecond, 30 * time.Millisecond, time.Hour} {
+		i := latIndex(d)
+		require.Less(t, i, latBuckets, "%v", d)
+		assert.GreaterOrEqual(t, latUpper(i), d, "%v in bucket %d", d, i)
+		if i > 0 {
+			assert.Less(t, latUpper(i-1), d, "%v belongs to no lower bucket", d)
+		}
+		assert.LessOrEqual(t, float64(latUpper(i)), 1.25*float64(d)+1, "%v rounded up by at most a quarter", d)
+	}
+}
+
+// The learned delay is the 99th percentile of the answered latencies: with
+// 98.5% of answers at 200 µs and 1.5% at 20 ms it is the slow ones'
+// bucket; with 99.5% at 200 µs it is the fast ones' (bounded below by
+// 500 µs), and bounded above by a quarter of the call's time.
+func TestHedgeDelayLearned(t *testing.T) {
+	learn := func(slowPerMille int) *hedger {
+		h := &hedger{}
+		for i := range hedgeWindow {
+			d := 200 * time.Microsecond
+			if i%1000 < slowPerMille {
+				d = 20 * time.Millisecond
+			}
+			h.observe(d)
+			h.called()
+		}
+		return h
+	}
+	ctx := context.Background()
+	h := &hedger{}
+	assert.Equal(t, 30*time.Millisecond/4, h.delayFor(ctx, 30*time.Millisecond), "nothing learned: a quarter of the timeout")
+
+	slow := learn(15)
+	assert.Equal(t, latUpper(latIndex(20*time.Millisecond)), time.Duration(slow.delay.Load()), "p99 among the slow answers")
+	assert.Equal(t, 30*time.Millisecond/4, slow.delayFor(ctx, 30*time.Millisecond), "bounded by a quarter of the timeout")
+	assert.Equal(t, latUpper(latIndex(20*time.Millisecond)), slow.delayFor(ctx, time.Second))
+
+	fast := learn(5)
+	assert.Equal(t, latUpper(latIndex(200*time.Microsecond)), time.Duration(fast.delay.Load()), "p99 among the fast answers")
+	assert.Equal(t, hedgeMinDelay, fast.delayFor(ctx, time.Second), "at least hedgeMinDelay")
+	assert.Equal(t, time.Millisecond/4, fast.delayFor(ctx, time.Millisecond), "unless the call has less than four of it")
+
+	short, cancel := context.WithTimeout(ctx, 40*time.Millisecond)
+	defer cancel()
+	assert.LessOrEqual(t, slow.delayFor(short, time.Second), 10*time.Millisecond, "a quarter of the caller's deadline when nearer")
+}
+
+// Hedges are bounded: at most hedgeMaxInFlight at once, and per window of
+// hedgeWindow calls at most hedgeBurst plus hedgeBudget of the window's
+// calls so far.
+func TestHedgeBounds(t *testing.T) {
+	h := &hedger{}
+	for range hedgeMaxInFlight {
+		require.True(t, h.take())
+	}
+	assert.False(t, h.take(), "in flight at the bound")
+	h.inFlight.Add(-hedgeMaxInFlight) // they ended
+	assert.False(t, h.take(), "the burst is spent: no call made yet in the window")
+
+	h = &hedger{}
+	for range 500 {
+		h.called()
+	}
+	n := 0
+	for h.take() {
+		h.inFlight.Add(-1)
+		n++
+	}
+	assert.Equal(t, hedgeBurst+50, n, "16 + 10% of 500 calls")
+	for range hedgeWindow - 500 {
+		h.called()
+	}
+	assert.True(t, h.take(), "a new window: the budget starts afresh")
+}

@@ -1,0 +1,209 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/faultproxy"
+	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// silentSetup is a store on the README's client (MaxRetries −1,
+// ContextTimeoutEnabled) through a fault proxy, with the local fallback
+// (so a call that fails shows as a fallback decision, Receipt "local",
+// instead of an error the limiter would fail open on), and a probe store
+// on the same prefix that reads the levels without leases or batching.
+func silentSetup(t *testing.T, srv *redistest.Server, opts ...redisstore.Option) (p *faultproxy.Proxy, s, probe *redisstore.Store) {
+	t.Helper()
+	p, err := faultproxy.New(srv.Addr, 1)
+	require.NoError(t, err)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = p.Close()
+	})
+	prefix := uniquePrefix()
+	s = newStore(t, c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal()}, opts...)...)
+	probe = newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	return p, s, probe
+}
+
+// TestSilentReplyDecidedWithinTimeout: Redis runs an admission and its
+// reply never comes, on a connection that stays open and quiet (no close,
+// no reset: a dead link, a stalled peer). The admission is decided by
+// Redis within WithTimeout all the same: a hedge, sent on another
+// connection with the admission's identity once the hedge delay passed,
+// is answered with the first run's decision. No failure (no fallback
+// decision, which the limiter's exact bucket never sees), one hedge, and
+// the bucket debited once, on every admission path; with leases the call
+// is the one that takes the lease (a renewal).
+func TestSilentReplyDecidedWithinTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			p, s, probe := silentSetup(t, srv, m.opts...)
+			ctx := context.Background()
+			d, err := s.Admit(ctx, soloReq("sk-silent", 100)) // loads the script; not leased (not busy yet)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			p.SilenceNext(1)
+			d, err = s.Admit(ctx, soloReq("sk-silent", 100))
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			assert.Empty(t, d.Receipt, "decided by Redis, not by the fallback")
+			assert.Equal(t, int64(1), p.Stats().Silenced, "the reply was discarded")
+			assert.Zero(t, s.Errors(), "a silent reply within the timeout is no failure")
+			assert.Equal(t, int64(1), s.Hedges(), "one hedge decided it")
+			d, err = probe.Admit(ctx, soloReq("sk-silent", 100))
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			lease := int64(0)
+			if m.name == "leased" {
+				lease = 500 // share 0.25 of 2,000 requests; the tokens bucket's 5,000
+				assert.Equal(t, int64(20_000-300-5000), d.Remaining[llmrate.WorkspaceTokens], "debited once, one lease")
+			} else {
+				assert.Equal(t, int64(20_000-300), d.Remaining[llmrate.WorkspaceTokens], "debited once")
+			}
+			assert.Equal(t, int64(2000-3)-lease, d.Remaining[llmrate.WorkspaceRequests], "debited once")
+		})
+	}
+}
+
+// TestSilentReconcileAppliedOnce: a reconcile whose reply is silently lost
+// after Redis applied it is hedged and applied once, on the plain and the
+// leased paths (the leased one sends it to Redis: the lease cannot absorb
+// a credit beyond what was used of it).
+func TestSilentReconcileAppliedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, m := range []struct {
+		name string
+		opts []redisstore.Option
+	}{{"plain", []redisstore.Option{redisstore.WithBatching(1)}}, {"leased", []redisstore.Option{redisstore.WithLeases(0.25)}}} {
+		t.Run(m.name, func(t *testing.T) {
+			p, s, probe := silentSetup(t, srv, m.opts...)
+			ctx := context.Background()
+			a := soloReq("sk-srec", 15_000)
+			d, err := s.Admit(ctx, a)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			require.Empty(t, d.Receipt)
+			rr := llmrate.ReconcileRequest{Key: a.Key, Workspace: a.Workspace, KeyLimits: a.KeyLimits, WorkspaceLimits: a.WorkspaceLimits,
+				Estimate: 15_000, Actual: 12_000, Solo: true, Now: time.Now(), ID: a.ID, Receipt: d.Receipt}
+			p.SilenceNext(1)
+			require.NoError(t, s.Reconcile(ctx, rr), "decided within the timeout")
+			assert.Equal(t, int64(1), p.Stats().Silenced)
+			assert.Zero(t, s.Errors())
+			assert.Equal(t, int64(1), s.Hedges())
+			require.NoError(t, s.Reconcile(ctx, rr), "the caller resends it too")
+			d, err = probe.Admit(ctx, soloReq("sk-srec", 1))
+			require.NoError(t, err)
+			assert.Equal(t, int64(20_000-15_000+3_000-1), d.Remaining[llmrate.WorkspaceTokens], "the 3,000 credited once")
+		})
+	}
+}
+
+// TestSilentGaugedAdmissionAndRelease: an admission under a concurrency
+// gauge whose reply is silently lost takes one slot, not two; its
+// reconcile, whose reply is lost the same way, releases it once.
+func TestSilentGaugedAdmissionAndRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	p, s, _ := silentSetup(t, srv, redisstore.WithBatching(1))
+	ctx := context.Background()
+	lim := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 10_000, ConcurrentRequests: 2}
+	req := func() llmrate.AdmitRequest {
+		return llmrate.AdmitRequest{Key: "sk-g", Workspace: "sk-g", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 10, Solo: true, Now: frozen(), ID: llmrate.NewAdmissionID()}
+	}
+	warm := req()
+	d, err := s.Admit(ctx, warm) // loads the script, takes a slot
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: warm.Key, Workspace: warm.Workspace, KeyLimits: lim, WorkspaceLimits: lim,
+		Estimate: 10, Actual: 10, Solo: true, Now: time.Now(), ID: warm.ID, Receipt: d.Receipt}))
+
+	a := req()
+	p.SilenceNext(1)
+	da, err := s.Admit(ctx, a)
+	require.NoError(t, err)
+	require.True(t, da.Allowed)
+	require.NotEqual(t, "local", da.Receipt, "decided by Redis")
+	assert.Equal(t, int64(1), s.Hedges())
+	db, err := s.Admit(ctx, req())
+	require.NoError(t, err)
+	require.True(t, db.Allowed, "a's one slot and this one: two of two")
+	dc, err := s.Admit(ctx, req())
+	require.NoError(t, err)
+	require.False(t, dc.Allowed, "the gauge is full: a took one slot, not two")
+
+	p.SilenceNext(1)
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: a.Key, Workspace: a.Workspace, KeyLimits: lim, WorkspaceLimits: lim,
+		Estimate: 10, Actual: 10, Solo: true, Now: time.Now(), ID: a.ID, Receipt: da.Receipt}))
+	assert.Equal(t, int64(2), s.Hedges())
+	dc, err = s.Admit(ctx, req())
+	require.NoError(t, err)
+	require.True(t, dc.Allowed, "a's slot was released")
+	assert.Equal(t, int64(2), p.Stats().Silenced)
+	assert.Zero(t, s.Errors())
+}
+
+// TestLateReplyDiscarded: an admission whose reply comes late (held after
+// Redis ran it, past the hedge delay) is decided by its hedge; the late
+// answer, when it comes, is discarded, and the bucket was debited once.
+func TestLateReplyDiscarded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	hold := newHoldReplyHook()
+	c.AddHook(hold)
+	prefix := uniquePrefix()
+	s := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal())
+	ctx := context.Background()
+	d, err := s.Admit(ctx, soloReq("sk-late", 100))
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	hold.armed.Store(true)
+	d, err = s.Admit(ctx, soloReq("sk-late", 100))
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Empty(t, d.Receipt, "decided by Redis")
+	<-hold.held // the first attempt ran in Redis and its reply is held
+	assert.Equal(t, int64(1), s.Hedges())
+	close(hold.release) // the late answer comes now, to no one
+	probe := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	d, err = probe.Admit(ctx, soloReq("sk-late", 100))
+	require.NoError(t, err)
+	assert.Equal(t, int64(20_000-300), d.Remaining[llmrate.WorkspaceTokens], "debited once")
+	assert.Zero(t, s.Errors())
+}
+
+// TestNoHedgeWhileBreakerOpen: while the breaker is open, the probe that
+// Redis does not answer is not hedged (nor is anything else).
+func TestNoHedgeWhileBreakerOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	p, s, _ := silentSetup(t, srv, redisstore.WithBatching(1), redisstore.WithTimeout(200*time.Millisecond), redisstore.WithRetryInterval(0))
+	ctx := context.Background()
+	_, err := s.Admit(ctx, soloReq("sk-open", 1))
+	require.NoError(t, err)
+	// Every reply silent from here: the first failing call may hedge
+	// (Redis answered a moment ago), then three failures open the breaker.
+	require.NoError(t, p.Set(faultproxy.Faults{SilentReply: 1}))
+	for range 3 {
+		d, err := s.Admit(ctx, soloReq("sk-open", 1))
+		require.NoError(t, err)
+		require.Equal(t, "local", d.Receipt, "Redis answers no one: the fallback decides")
+	}
+	require.Equal(t, int64(3), s.Errors())
+	before := s.Hedges()
+	for range 3 { // probes (retry interval 0), one at a time
+		d, err := s.Admit(ctx, soloReq("sk-open", 1))
+		require.NoError(t, err)
+		require.Equal(t, "local", d.Receipt)
+	}
+	assert.Equal(t, before, s.Hedges(), "no hedge while the breaker is open")
+	assert.LessOrEqual(t, before, int64(3), "at most the first failing call's hedges: Redis answered nothing after")
+}
