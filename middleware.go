@@ -289,8 +289,13 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		l.failOpen(a, "admit", &StoreError{Op: "admit", Err: err})
 		return false
 	}
+	if !a.d.Allowed && a.d.Window == 0 && a.d.Refused < KeyConcurrent {
+		// A store that predates windows names no window: its buckets are
+		// the per-minute ones.
+		a.d.Window = time.Minute
+	}
 	if o := c.observer; o != nil {
-		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Tier: tier, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow}
+		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Tier: tier, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow}
 		if a.d.Allowed {
 			ev.Wait = a.d.Wait
 		}
