@@ -172,6 +172,10 @@ type shardState struct {
 	// Solo request). Both are bounded by the requests in flight.
 	inFlight map[uint64]int64
 	held     map[string]heldSlots
+	// Windows (Limits.Windows; memwindow.go), apart from the entries too:
+	// each entry hash's window buckets, bounded as the entries are.
+	wins       map[uint64]*winSet
+	winSweepAt int
 }
 
 // heldSlots is what one admission took: a slot of the key gauge (its hash
@@ -495,11 +499,18 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return Decision{}, ErrNoAdmissionID
 	}
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		return s.admitWindowed(r)
+	}
 	return s.admit(r), nil
 }
 
-// admitAny is admit, or admitGauged under a gauge.
+// admitAny is admit, or admitWindowed with windows, or admitGauged under a
+// gauge.
 func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		return s.admitWindowed(r)
+	}
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return s.admitGauged(r)
 	}
@@ -595,6 +606,10 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 }
 
 func (s *MemoryStore) reconcile(r ReconcileRequest) {
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		s.reconcileWindowed(r)
+		return
+	}
 	now := r.Now.UnixNano()
 	if r.ID == "" {
 		// No gauge slots to release: the entries' locks are enough.
@@ -693,6 +708,7 @@ func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64, maxWait time.Duratio
 		d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
 		return d
 	}
+	d.Window = time.Minute
 	d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
 	for i, b := range [4]*bucket{kr, kt, wr, wt} {
 		need, rate := int64(1), Bucket(i).PerMinute(kl, wl)
@@ -731,11 +747,11 @@ func reserve(d *Decision, maxWait time.Duration, g *gaugeCheck) bool {
 	}
 	if g != nil {
 		if b, full := g.full(); full {
-			d.Refused, d.RetryAfter = b, max(d.RetryAfter, time.Second)
+			d.Refused, d.Window, d.RetryAfter = b, 0, max(d.RetryAfter, time.Second)
 			return false
 		}
 	}
-	d.Allowed, d.Refused, d.Wait, d.RetryAfter = true, 0, d.RetryAfter, 0
+	d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter = true, 0, 0, d.RetryAfter, 0
 	return true
 }
 
@@ -763,6 +779,7 @@ func decideSolo(e *entry, lim Limits, n int64, maxWait time.Duration, g *gaugeCh
 		d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
 		return d
 	}
+	d.Window = time.Minute
 	d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
 	w1, n1 := e.req.wait(1, lim.RequestsPerMinute, 2*lim.RequestsPerMinute, waitLimit)
 	w2, n2 := e.tok.wait(n, lim.TokensPerMinute, 2*lim.TokensPerMinute, waitLimit)
