@@ -136,3 +136,18 @@ func windowName(per time.Duration) string {
 	}
 	return per.String()
 }
+
+// smallestTokensCapacity is the smallest capacity among the buckets a
+// request's token estimate is debited from: the per-minute tokens buckets
+// (2× their figures) and the windows' Tokens meters (their figures).
+func smallestTokensCapacity(kl, wl Limits) int64 {
+	c := 2 * min(kl.TokensPerMinute, wl.TokensPerMinute)
+	for _, l := range [2]Limits{kl, wl} {
+		for _, w := range l.Windows {
+			if w.Tokens > 0 {
+				c = min(c, w.Tokens)
+			}
+		}
+	}
+	return c
+}
