@@ -219,3 +219,45 @@ func TestReservationWaitsForAWindow(t *testing.T) {
 	assert.Equal(t, 50*time.Second, d.RetryAfter)
 	assert.Equal(t, time.Hour, d.Window)
 }
+
+// The limits endpoint shows each row's windows, non-zero meters only;
+// none where there are none, and none where the figures are null.
+func TestLimitsEndpointWindows(t *testing.T) {
+	t.Parallel()
+	tiers := llmrate.DefaultTiers()
+	tiers.Free.Windows = []llmrate.Window{{Per: 24 * time.Hour, Requests: 1500}, {Per: time.Minute, InputTokens: 400_000, OutputTokens: 80_000}}
+	tiers.Enterprise.Windows = []llmrate.Window{{Per: time.Hour, Tokens: 1}}
+	model := uniform(llmrate.Limits{RequestsPerMinute: 5, TokensPerMinute: 9, Windows: []llmrate.Window{{Per: 6 * time.Hour, Tokens: 1_000_000}}})
+	l, err := llmrate.New(llmrate.WithTiers(tiers), llmrate.WithTierResolver(llmrate.StaticTiers{"sk-dev": llmrate.Developer, "sk-ent": llmrate.Enterprise}),
+		llmrate.WithModel(modelHeaderExtractor), llmrate.WithModelLimits(llmrate.ModelLimits{"o3": model}))
+	require.NoError(t, err)
+	docs := llmrate.DefaultDocsURL
+	assert.Equal(t, jsonMap(t, `{"tier":"free","requestsPerMin":100,"tokensPerMin":200000,"docs":"`+docs+`",
+		"windows":[{"seconds":86400,"requests":1500},{"seconds":60,"inputTokens":400000,"outputTokens":80000}],
+		"models":{"o3":{"requestsPerMin":5,"tokensPerMin":9,"windows":[{"seconds":21600,"tokens":1000000}]}}}`), limitsOf(t, l, "sk-free"))
+	assert.Equal(t, jsonMap(t, `{"tier":"developer","requestsPerMin":1000,"tokensPerMin":2000000,"docs":"`+docs+`",
+		"models":{"o3":{"requestsPerMin":5,"tokensPerMin":9,"windows":[{"seconds":21600,"tokens":1000000}]}}}`), limitsOf(t, l, "sk-dev"))
+	assert.Equal(t, jsonMap(t, `{"tier":"enterprise","requestsPerMin":null,"tokensPerMin":null,"note":"`+llmrate.EnterpriseNote+`","docs":"`+docs+`",
+		"models":{"o3":{"requestsPerMin":null,"tokensPerMin":null}}}`), limitsOf(t, l, "sk-ent"))
+}
+
+// HeadersIETF adds each window bucket as its own item; HeadersOpenAI stays
+// the minute's.
+func TestWindowHeaders(t *testing.T) {
+	t.Parallel()
+	lim := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1000,
+		Windows: []llmrate.Window{{Per: 24 * time.Hour, Requests: 1500}, {Per: time.Minute, InputTokens: 400}}}
+	h := newHarness(t, okHandler, llmrate.WithTiers(uniform(lim)), llmrate.WithRateLimitHeaders(llmrate.HeadersIETF))
+	w := h.send("sk-h", 4*100)
+	require.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, `"requests";q=20;w=120, "tokens";q=2000;w=120, "requests-86400";q=1500;w=86400, "input_tokens-60";q=400;w=60`,
+		w.Header().Get(llmrate.HeaderRateLimitPolicy))
+	// 1 of 1,500 per day is back in 57.6 s; 100 of 400 per minute in 15 s.
+	assert.Equal(t, `"requests";r=19;t=6, "tokens";r=1900;t=6, "requests-86400";r=1499;t=58, "input_tokens-60";r=300;t=15`,
+		w.Header().Get(llmrate.HeaderRateLimit))
+
+	o := newHarness(t, okHandler, llmrate.WithTiers(uniform(lim)), llmrate.WithRateLimitHeaders(llmrate.HeadersOpenAI))
+	w = o.send("sk-h", 4*100)
+	assert.Equal(t, "20", w.Header().Get(llmrate.HeaderLimitRequests))
+	assert.Equal(t, "1900", w.Header().Get(llmrate.HeaderRemainingTokens))
+}
