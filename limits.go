@@ -22,8 +22,8 @@ type limitsBody struct {
 
 // limitRow is one model entry's figures; both null on Enterprise.
 type limitRow struct {
-	RequestsPerMin *int64 `json:"requestsPerMin"`
-	TokensPerMin   *int64 `json:"tokensPerMin"`
+	RequestsPerMin *int64      `json:"requestsPerMin"`
+	TokensPerMin   *int64      `json:"tokensPerMin"`
 	Concurrent     int64       `json:"concurrentRequests,omitempty"`
 	Windows        []windowRow `json:"windows,omitempty"`
 }
