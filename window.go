@@ -151,3 +151,8 @@ func smallestTokensCapacity(kl, wl Limits) int64 {
 	}
 	return c
 }
+
+// Validate reports whether l is valid wherever New accepts Limits: each
+// per-minute figure in [1, MaxPerMinute], ConcurrentRequests not negative,
+// and the windows as Limits.Windows says. nil when valid.
+func (l Limits) Validate() error { return l.validate() }
