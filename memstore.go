@@ -64,6 +64,15 @@ const (
 // goes as the debts refill. The only exception is a shard's hard limit of
 // 16,777,214 entries (about 2.1 billion in the store), where the least
 // recently used entry is dropped whatever it owes (a lossy eviction).
+//
+// Windows (Limits.Windows) are kept per key, and per workspace, apart from
+// the entries, under the same rules: a key's windows are dropped once time
+// alone has refilled them (a daily window: up to a day after its last
+// use), bounded by WithMaxKeys per kind (at the bound, a key's windows not
+// in debt may be dropped, counted in Evictions: that key's windows come
+// back full), and never dropped while in debt (beyond the bound instead,
+// counted in OverBound). Each costs about 100 bytes plus 48 per window
+// meter. A limiter without windows never creates any.
 type MemoryStore struct {
 	seed     maphash.Seed
 	perShard int
