@@ -71,8 +71,9 @@ const (
 // use), bounded by WithMaxKeys per kind (at the bound, a key's windows not
 // in debt may be dropped, counted in Evictions: that key's windows come
 // back full), and never dropped while in debt (beyond the bound instead,
-// counted in OverBound). Each costs about 100 bytes plus 48 per window
-// meter. A limiter without windows never creates any.
+// counted in OverBound). A key's windows cost roughly 100 bytes plus 40
+// per window meter (not measured). A limiter without windows never
+// creates any.
 type MemoryStore struct {
 	seed     maphash.Seed
 	perShard int
