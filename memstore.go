@@ -718,7 +718,6 @@ func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64, maxWait time.Duratio
 		d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
 		return d
 	}
-	d.Window = time.Minute
 	d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
 	for i, b := range [4]*bucket{kr, kt, wr, wt} {
 		need, rate := int64(1), Bucket(i).PerMinute(kl, wl)
@@ -757,11 +756,11 @@ func reserve(d *Decision, maxWait time.Duration, g *gaugeCheck) bool {
 	}
 	if g != nil {
 		if b, full := g.full(); full {
-			d.Refused, d.Window, d.RetryAfter = b, 0, max(d.RetryAfter, time.Second)
+			d.Refused, d.RetryAfter = b, max(d.RetryAfter, time.Second)
 			return false
 		}
 	}
-	d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter = true, 0, 0, d.RetryAfter, 0
+	d.Allowed, d.Refused, d.Wait, d.RetryAfter = true, 0, d.RetryAfter, 0
 	return true
 }
 
@@ -789,7 +788,6 @@ func decideSolo(e *entry, lim Limits, n int64, maxWait time.Duration, g *gaugeCh
 		d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
 		return d
 	}
-	d.Window = time.Minute
 	d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
 	w1, n1 := e.req.wait(1, lim.RequestsPerMinute, 2*lim.RequestsPerMinute, waitLimit)
 	w2, n2 := e.tok.wait(n, lim.TokensPerMinute, 2*lim.TokensPerMinute, waitLimit)

@@ -237,9 +237,12 @@ type Decision struct {
 	// KeyOutputTokens, WorkspaceInputTokens, WorkspaceOutputTokens; Window
 	// says which window. Meaningful only when Allowed is false.
 	Refused Bucket
-	// Window is the refusing bucket's window: time.Minute for the four
-	// per-minute buckets, the window's Per for a window's bucket; 0 when
-	// Allowed or refused by a gauge.
+	// Window is the refusing bucket's window: the window's Per for a
+	// window's bucket (Limits.Windows); time.Minute, or 0, for the four
+	// per-minute buckets (a store may leave it 0 there, as every store
+	// written before windows does, and the built-in stores do for figures
+	// without windows: the limiter reads 0 with one of the four as
+	// time.Minute); 0 when Allowed or refused by a gauge.
 	Window time.Duration
 	// RetryAfter is the time until the refused request would fit in every
 	// bucket, capped at MaxRetryAfter, or, for a window bucket whose Per is

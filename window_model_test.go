@@ -261,6 +261,9 @@ func (m *wModel) admit(r wReq) llmrate.Decision {
 			d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter = true, 0, 0, time.Duration(exact.Int64()), 0
 		}
 	}
+	if len(r.kl.Windows)+len(r.wl.Windows) == 0 {
+		d.Window = 0 // without windows a store may leave it 0 (the limiter reads a minute)
+	}
 	lv := func(s *wScope, k wKey) int64 { return floorRat(s.b[k].level) }
 	d.Remaining[0], d.Remaining[1] = lv(ks, wKey{-1, time.Minute}), lv(ks, wKey{-2, time.Minute})
 	if ws != nil {
