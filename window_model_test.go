@@ -341,6 +341,9 @@ func (m *wModel) reconcile(r wReq) {
 func TestWindowsModelBased(t *testing.T) {
 	t.Parallel()
 	seeds, first := 400, uint64(0)
+	if raceEnabled {
+		seeds = 60 // ten times slower under the race detector; the full pass runs without it
+	}
 	if s := strings.TrimSpace(getenv("LLMRATE_MODEL_SEED")); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err)
