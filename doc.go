@@ -58,6 +58,22 @@
 // time instead of refusing it: it is debited at once (a reservation) and
 // forwarded after exactly its wait, in the order the store decided.
 //
+// # Limits as providers publish them
+//
+// Limits.Windows adds limits over other windows and meters, as providers
+// publish them: e.g. Window{Per: 24 * time.Hour, Requests: 1_500}, a
+// daily quota that gives one request back every 57.6 s (never all at once
+// at midnight), or Window{Per: time.Minute, InputTokens: 400_000,
+// OutputTokens: 80_000}, Anthropic's separate input and output tokens per
+// minute. A window's bucket holds its figure (no burst), is checked in the
+// same atomic step as the per-minute buckets, and refuses with a message
+// naming meter, window and scope ("requests per day (workspace)"), a
+// Retry-After up to the window when it is longer than a minute (then with
+// x-should-retry: false), and Decision.Window / DecisionEvent.Window
+// naming the window. The input meter is debited the input estimate and
+// charged the reported input less cache reads; the output meter is
+// debited nothing and charged the reported output. See Window.
+//
 // # Failure policy
 //
 // The limiter fails open: if its own state faults (a store error, a store

@@ -62,6 +62,25 @@ func estimateFromBody(r *http.Request) int64 {
 	return f.estimate()
 }
 
+// inputFromBody is EstimateFromBody's prompt part alone, ⌈T / 4⌉ (the
+// input estimate of the windows' InputTokens meters): a body it cannot
+// read is estimated as EstimateTokens estimates it.
+func inputFromBody(r *http.Request) int64 {
+	rb := readAheadBody(r)
+	if rb == nil || !rb.whole() {
+		return EstimateTokens(r)
+	}
+	f := rb.facts(true)
+	if !f.complete {
+		return EstimateTokens(r)
+	}
+	var text int64
+	for _, n := range f.text {
+		text += n
+	}
+	return (text + 3) / 4
+}
+
 // estimate is ⌈text / 4⌉ plus the largest output limit, at least 1,
 // saturating at the int64 maximum.
 func (f *bodyFacts) estimate() int64 {

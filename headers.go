@@ -1,6 +1,7 @@
 package llmrate
 
 import (
+	"math/bits"
 	"net/http"
 	"strconv"
 	"strings"
@@ -43,7 +44,12 @@ const (
 	// HeadersIETF writes RateLimit-Policy and RateLimit
 	// (draft-ietf-httpapi-ratelimit-headers): policies "requests" and
 	// "tokens" with q = capacity, w = 120 (seconds to refill from empty),
-	// r = remaining and t = seconds until full.
+	// r = remaining and t = seconds until full. Each window bucket
+	// (Limits.Windows) adds its own item to both, named by meter and window
+	// in seconds ("requests-86400", "tokens-3600", "input_tokens-60",
+	// "output_tokens-60"), with q = its figure and w = its window: the key's
+	// or the workspace's, whichever has less left. HeadersOpenAI stays the
+	// per-minute buckets' (what OpenAI itself sends).
 	HeadersIETF
 )
 
@@ -108,10 +114,82 @@ func (l *Limiter) setRateLimitHeaders(h http.Header, a *admission) {
 		h[HeaderRemainingTokens] = []string{strconv.FormatInt(tr, 10)}
 		h[HeaderResetTokens] = []string{tt.String()}
 	case HeadersIETF:
-		h[HeaderRateLimitPolicy] = []string{`"requests";q=` + strconv.FormatInt(rc, 10) + `;w=120, "tokens";q=` + strconv.FormatInt(tc, 10) + `;w=120`}
-		h[HeaderRateLimit] = []string{`"requests";r=` + strconv.FormatInt(rr, 10) + `;t=` + strconv.FormatInt(ceilSeconds(rt), 10) +
-			`, "tokens";r=` + strconv.FormatInt(tr, 10) + `;t=` + strconv.FormatInt(ceilSeconds(tt), 10)}
+		policy := `"requests";q=` + strconv.FormatInt(rc, 10) + `;w=120, "tokens";q=` + strconv.FormatInt(tc, 10) + `;w=120`
+		state := `"requests";r=` + strconv.FormatInt(rr, 10) + `;t=` + strconv.FormatInt(ceilSeconds(rt), 10) +
+			`, "tokens";r=` + strconv.FormatInt(tr, 10) + `;t=` + strconv.FormatInt(ceilSeconds(tt), 10)
+		if windowed(a.kl, a.wl) {
+			for _, it := range windowItems(a) {
+				w := strconv.FormatFloat(it.per.Seconds(), 'f', -1, 64)
+				policy += `, "` + it.name + `";q=` + strconv.FormatInt(it.q, 10) + `;w=` + w
+				state += `, "` + it.name + `";r=` + strconv.FormatInt(max(it.level, 0), 10) + `;t=` + strconv.FormatInt(ceilSeconds(windowToFull(it.level, it.q, it.per)), 10)
+			}
+		}
+		h[HeaderRateLimitPolicy] = []string{policy}
+		h[HeaderRateLimit] = []string{state}
 	}
+}
+
+// windowItem is one window bucket as a RateLimit policy item: the binding
+// one of the key's and the workspace's of one meter and window.
+type windowItem struct {
+	name     string // e.g. "requests-86400", "input_tokens-60"
+	per      time.Duration
+	q, level int64
+}
+
+// windowItems lists a's window buckets (the key's windows in order, then
+// the workspace's that the key lacks), each meter and window once: where
+// both scopes have it, the one with less left.
+func windowItems(a *admission) []windowItem {
+	var items []windowItem
+	for scope, l := range [2]Limits{a.kl, a.wl} {
+		levels := a.d.KeyWindows
+		if scope == 1 {
+			levels = a.d.WorkspaceWindows
+		}
+		for i, w := range l.Windows {
+			for m, b := range WindowMeters[scope] {
+				q := w.Figure(b)
+				if q == 0 {
+					continue
+				}
+				var level int64 = q
+				if i < len(levels) {
+					level = levels[i].Level(b)
+				}
+				name := [4]string{"requests", "tokens", "input_tokens", "output_tokens"}[m] + "-" + strconv.FormatFloat(w.Per.Seconds(), 'f', -1, 64)
+				found := false
+				for j := range items {
+					if items[j].name == name {
+						found = true
+						if level < items[j].level {
+							items[j].q, items[j].level = q, level
+						}
+					}
+				}
+				if !found {
+					items = append(items, windowItem{name: name, per: w.Per, q: q, level: level})
+				}
+			}
+		}
+	}
+	return items
+}
+
+// windowToFull is the time a window bucket at whole level rem needs to
+// refill to q at q per per, rounded up to the nanosecond (an upper bound,
+// as timeToFull: the fraction already accrued is not counted).
+func windowToFull(rem, q int64, per time.Duration) time.Duration {
+	if rem >= q {
+		return 0
+	}
+	need := min(q-rem, 3*q) // debt is floored at -2q
+	hi, lo := bits.Mul64(uint64(need), uint64(per))
+	d, r := bits.Div64(hi, lo, uint64(q)) // need <= 3q: the quotient is at most 3×per
+	if r != 0 {
+		d++
+	}
+	return time.Duration(d)
 }
 
 func ceilSeconds(d time.Duration) int64 { return apierr.CeilSeconds(d) }

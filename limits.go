@@ -14,6 +14,7 @@ type limitsBody struct {
 	RequestsPerMin *int64              `json:"requestsPerMin"`
 	TokensPerMin   *int64              `json:"tokensPerMin"`
 	Concurrent     int64               `json:"concurrentRequests,omitempty"`
+	Windows        []windowRow         `json:"windows,omitempty"`
 	Note           string              `json:"note,omitempty"`
 	Models         map[string]limitRow `json:"models,omitempty"`
 	Docs           string              `json:"docs"`
@@ -21,9 +22,31 @@ type limitsBody struct {
 
 // limitRow is one model entry's figures; both null on Enterprise.
 type limitRow struct {
-	RequestsPerMin *int64 `json:"requestsPerMin"`
-	TokensPerMin   *int64 `json:"tokensPerMin"`
-	Concurrent     int64  `json:"concurrentRequests,omitempty"`
+	RequestsPerMin *int64      `json:"requestsPerMin"`
+	TokensPerMin   *int64      `json:"tokensPerMin"`
+	Concurrent     int64       `json:"concurrentRequests,omitempty"`
+	Windows        []windowRow `json:"windows,omitempty"`
+}
+
+// windowRow is one window's figures (Limits.Windows): its non-zero meters.
+type windowRow struct {
+	Seconds      float64 `json:"seconds"`
+	Requests     int64   `json:"requests,omitempty"`
+	Tokens       int64   `json:"tokens,omitempty"`
+	InputTokens  int64   `json:"inputTokens,omitempty"`
+	OutputTokens int64   `json:"outputTokens,omitempty"`
+}
+
+// windowRows lists ws for the endpoint; nil when there are none.
+func windowRows(ws []Window) []windowRow {
+	if len(ws) == 0 {
+		return nil
+	}
+	rows := make([]windowRow, len(ws))
+	for i, w := range ws {
+		rows[i] = windowRow{Seconds: w.Per.Seconds(), Requests: w.Requests, Tokens: w.Tokens, InputTokens: w.InputTokens, OutputTokens: w.OutputTokens}
+	}
+	return rows
 }
 
 // LimitsHandler returns the limits endpoint (mount it at e.g.
@@ -37,7 +60,11 @@ type limitRow struct {
 // on Enterprise). A concurrency cap (Limits.ConcurrentRequests) adds
 // "concurrentRequests" to the workspace's row and to each model's when it
 // is set (> 0) and the figures are published (not on Enterprise without an
-// override). An invalid override, or a panicking tier or override
+// override). Windows (Limits.Windows) add "windows" to each row that has
+// them, e.g. [{"seconds":86400,"requests":1500}], listing only the
+// non-zero meters ("requests", "tokens", "inputTokens", "outputTokens");
+// absent where there are none and where the figures are null. An invalid
+// override, or a panicking tier or override
 // resolver, is a fault: 500, counted in FailOpens, logged and reported to
 // the observer (FailedOpen, Op "limits"), never a guess.
 func (l *Limiter) LimitsHandler() http.Handler {
@@ -74,11 +101,13 @@ func (l *Limiter) LimitsHandler() http.Handler {
 		switch {
 		case overridden:
 			body.RequestsPerMin, body.TokensPerMin, body.Concurrent = &o.RequestsPerMinute, &o.TokensPerMinute, o.ConcurrentRequests
+			body.Windows = windowRows(o.Windows)
 		case tier == Enterprise:
 			body.Note = EnterpriseNote
 		default:
 			lim := l.cfg.tiers.For(tier)
 			body.RequestsPerMin, body.TokensPerMin, body.Concurrent = &lim.RequestsPerMinute, &lim.TokensPerMinute, lim.ConcurrentRequests
+			body.Windows = windowRows(lim.Windows)
 		}
 		b, _ := json.Marshal(body)
 		w.Header().Set("Content-Type", "application/json")
@@ -128,7 +157,8 @@ func (l *Limiter) modelRows(tier Tier) map[string]limitRow {
 			return
 		}
 		lim := tt.For(tier)
-		rows[name] = limitRow{RequestsPerMin: &lim.RequestsPerMinute, TokensPerMin: &lim.TokensPerMinute, Concurrent: lim.ConcurrentRequests}
+		rows[name] = limitRow{RequestsPerMin: &lim.RequestsPerMinute, TokensPerMin: &lim.TokensPerMinute, Concurrent: lim.ConcurrentRequests,
+			Windows: windowRows(lim.Windows)}
 	}
 	for name, tt := range t.exact {
 		add(name, tt)

@@ -64,6 +64,16 @@ const (
 // goes as the debts refill. The only exception is a shard's hard limit of
 // 16,777,214 entries (about 2.1 billion in the store), where the least
 // recently used entry is dropped whatever it owes (a lossy eviction).
+//
+// Windows (Limits.Windows) are kept per key, and per workspace, apart from
+// the entries, under the same rules: a key's windows are dropped once time
+// alone has refilled them (a daily window: up to a day after its last
+// use), bounded by WithMaxKeys per kind (at the bound, a key's windows not
+// in debt may be dropped, counted in Evictions: that key's windows come
+// back full), and never dropped while in debt (beyond the bound instead,
+// counted in OverBound). A key's windows cost roughly 100 bytes plus 40
+// per window meter (not measured). A limiter without windows never
+// creates any.
 type MemoryStore struct {
 	seed     maphash.Seed
 	perShard int
@@ -172,6 +182,10 @@ type shardState struct {
 	// Solo request). Both are bounded by the requests in flight.
 	inFlight map[uint64]int64
 	held     map[string]heldSlots
+	// Windows (Limits.Windows; memwindow.go), apart from the entries too:
+	// each entry hash's window buckets, bounded as the entries are.
+	wins       map[uint64]*winSet
+	winSweepAt int
 }
 
 // heldSlots is what one admission took: a slot of the key gauge (its hash
@@ -495,11 +509,18 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return Decision{}, ErrNoAdmissionID
 	}
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		return s.admitWindowed(r)
+	}
 	return s.admit(r), nil
 }
 
-// admitAny is admit, or admitGauged under a gauge.
+// admitAny is admit, or admitWindowed with windows, or admitGauged under a
+// gauge.
 func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		return s.admitWindowed(r)
+	}
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return s.admitGauged(r)
 	}
@@ -595,6 +616,10 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 }
 
 func (s *MemoryStore) reconcile(r ReconcileRequest) {
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		s.reconcileWindowed(r)
+		return
+	}
 	now := r.Now.UnixNano()
 	if r.ID == "" {
 		// No gauge slots to release: the entries' locks are enough.

@@ -35,6 +35,7 @@ type Limiter struct {
 
 	calib     *calibration // WithCalibration; nil: off
 	primeBody bool         // ModelFromBody and EstimateFromBody: one scan for both
+	bodyEst   bool         // the estimator is EstimateFromBody: the input estimate is its prompt part
 
 	calls     *storeCaller    // the store, when it is not the memory store
 	rq        *reconcileQueue // nil: reconciles run on the request's goroutine
@@ -57,6 +58,7 @@ func New(opts ...Option) (*Limiter, error) {
 		l.calib = newCalibration()
 	}
 	l.primeBody = sameFunc(c.model, modelFromBody) && sameFunc(c.estimator, estimateFromBody)
+	l.bodyEst = sameFunc(c.estimator, estimateFromBody)
 	l.debug = c.logger.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
 		return zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
 	}))
@@ -118,8 +120,12 @@ type admission struct {
 	kl, wl  Limits
 	est     int64 // debited: the estimator's, at least 1, scaled by WithCalibration
 	raw     int64 // the estimator's, at least 1, before scaling: what a response without usage is charged from
-	now     time.Time
-	d       Decision
+	// input is the input estimate debited from the windows' InputTokens
+	// meters (Limits.Windows): raw, or with EstimateFromBody its prompt
+	// part alone; never scaled. Set only when the figures carry windows.
+	input int64
+	now   time.Time
+	d     Decision
 	// Policies (model.go, override.go): the request's model, the
 	// ModelLimits entry whose buckets it spends ("" : the default buckets),
 	// and whether an override set the figures.
@@ -247,16 +253,24 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		a.est = l.calib.scale(a.ws, a.model, a.raw)
 		// Whether a request ever fits is decided on its raw estimate: a
 		// learned ratio neither turns a request that fits a full bucket
-		// into one that never fits (held to the smallest tokens capacity)
-		// nor the reverse (a raw estimate past it is debited unscaled).
-		if c := 2 * min(a.kl.TokensPerMinute, a.wl.TokensPerMinute); a.raw > c {
+		// into one that never fits (held to the smallest tokens capacity,
+		// windows' included) nor the reverse (a raw estimate past it is
+		// debited unscaled).
+		if c := smallestTokensCapacity(a.kl, a.wl); a.raw > c {
 			a.est = a.raw
 		} else if a.est > c {
 			a.est = c
 		}
 	}
+	windows := windowed(a.kl, a.wl)
+	if windows {
+		a.input = a.raw
+		if l.bodyEst {
+			a.input = inputFromBody(r)
+		}
+	}
 	a.now = c.clock()
-	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, Solo: l.solo, Now: a.now}
+	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, InputTokens: a.input, Solo: l.solo, Now: a.now}
 	if a.kl.ConcurrentRequests > 0 || a.wl.ConcurrentRequests > 0 {
 		// Its slots are released by the reconcile carrying this identity.
 		a.gauged = true
@@ -293,8 +307,13 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		l.failOpen(a, "admit", &StoreError{Op: "admit", Err: err})
 		return false
 	}
+	if !a.d.Allowed && a.d.Window == 0 && a.d.Refused < KeyConcurrent {
+		// A store that predates windows names no window: its buckets are
+		// the per-minute ones.
+		a.d.Window = time.Minute
+	}
 	if o := c.observer; o != nil {
-		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Tier: tier, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow}
+		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Tier: tier, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow}
 		if a.d.Allowed {
 			ev.Wait = a.d.Wait
 		}
@@ -382,12 +401,18 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		l.calib.record(a.ws, a.model, a.raw, ev.Actual)
 	}
 	t.sendTrailers(ev.Actual)
-	if ev.Actual != a.est || a.gauged {
+	windows := windowed(a.kl, a.wl)
+	if ev.Actual != a.est || a.gauged || windows {
 		// The clock is read again: the charge lands when the response ended,
 		// as it does on a store with its own clock. A gauged admission is
 		// reconciled whatever its charge: the reconcile releases its slots.
+		// Windows' input and output meters are charged apart (§18).
 		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock(),
 			ID: a.id, Receipt: a.d.Receipt}
+		if windows {
+			u := chargedUsage(res, a.input, cut)
+			req.InputEstimate, req.InputActual, req.OutputActual = a.input, max(0, u.InputTokens-u.CachedInputTokens), max(0, u.OutputTokens)
+		}
 		l.reconcile(r.Context(), a, req)
 	}
 	if ce := l.debug.Check(zap.DebugLevel, "llmrate: reconciled"); ce != nil {
@@ -411,7 +436,7 @@ func (l *Limiter) finishBusy(t *tracker) {
 	if a.gauged {
 		// The estimate stands; the reconcile only releases the slots.
 		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: a.est, Solo: l.solo, Now: l.cfg.clock(),
-			ID: a.id, Receipt: a.d.Receipt}
+			ID: a.id, Receipt: a.d.Receipt, InputEstimate: a.input, InputActual: a.input}
 		l.reconcile(context.Background(), a, req)
 	}
 	if o := l.cfg.observer; o != nil {

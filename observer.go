@@ -29,7 +29,12 @@ type Observer interface {
 type DecisionEvent struct {
 	Allowed bool
 	Refused Bucket // the first bucket without room; meaningful when !Allowed
-	Tier    Tier
+	// Window is the refusing bucket's window (Decision.Window):
+	// time.Minute for the four per-minute buckets, a window's Per for a
+	// window's bucket (Limits.Windows); 0 when allowed or refused by a
+	// gauge.
+	Window time.Duration
+	Tier   Tier
 	// Model is the ModelLimits entry whose buckets the request spent, as
 	// configured (e.g. "gpt-4o*"); "" for the default buckets.
 	Model      string

@@ -27,11 +27,14 @@ func (f OverrideResolverFunc) Override(ctx context.Context, workspace string) (L
 // ModelLimits entry's buckets keep the entry's figures): its own buckets
 // and, by default, its keys'; with WithKeyTiers each key figure is the
 // lower of the key tier's and the override's (for ConcurrentRequests, the
-// lower non-zero one: 0 sets no cap). The limits endpoint reports
+// lower non-zero one: 0 sets no cap), and their windows pair by Per, each
+// meter taking the lower non-zero figure (a window, or a meter, on one
+// side only is kept as it is). The limits endpoint reports
 // the override's figures, for Enterprise too.
 //
 // An override is checked on every use like any figure (each in
-// [1, MaxPerMinute]): an invalid one fails open for that request (counted
+// [1, MaxPerMinute], its windows as Limits.Windows says): an invalid one
+// fails open for that request (counted
 // in FailOpens, logged, reported to the observer with an error that wraps
 // ErrInvalidOverride). Changing an override keeps each bucket's level,
 // clamped to the new capacity. A resolver that panics fails open too.
@@ -80,7 +83,7 @@ func (l *Limiter) applyOverride(ctx context.Context, a *admission) error {
 	if kt := l.cfg.keyTiers; kt != nil {
 		k := kt.For(a.tier)
 		a.kl = Limits{RequestsPerMinute: min(k.RequestsPerMinute, o.RequestsPerMinute), TokensPerMinute: min(k.TokensPerMinute, o.TokensPerMinute),
-			ConcurrentRequests: tighterCap(k.ConcurrentRequests, o.ConcurrentRequests)}
+			ConcurrentRequests: tighterCap(k.ConcurrentRequests, o.ConcurrentRequests), Windows: combineWindows(k.Windows, o.Windows)}
 	}
 	return nil
 }

@@ -13,14 +13,25 @@ import (
 
 // retryAfterSeconds turns a refusal into the Retry-After value: whole
 // seconds until the request fits in every bucket, rounded up, clamped to
-// 1…60; 60 when it can never fit.
+// 1…60, or past 60 when a window longer than a minute makes the request
+// wait longer (the store caps that wait at the window's Per; here at
+// MaxWindow); 60 when it can never fit.
 func retryAfterSeconds(d Decision) int64 {
 	if d.NeverFits {
 		return int64(MaxRetryAfter / time.Second)
 	}
 	s := ceilSeconds(d.RetryAfter)
+	if d.RetryAfter > MaxRetryAfter {
+		return min(s, int64(MaxWindow/time.Second))
+	}
 	return min(max(s, 1), int64(MaxRetryAfter/time.Second))
 }
+
+// HeaderShouldRetry is "false" on a 429 whose Retry-After exceeds 60
+// seconds (a window longer than a minute, e.g. a daily quota, is spent):
+// the official OpenAI and Anthropic SDKs then hand the wait to the caller
+// instead of sleeping and resending.
+const HeaderShouldRetry = "X-Should-Retry"
 
 // writeError writes an OpenAI-shaped error. The message never quotes the
 // key or any other client input.
@@ -39,6 +50,9 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, a *admission) {
 	secs := retryAfterSeconds(a.d)
 	h := w.Header()
 	h.Set(HeaderRetryAfter, strconv.FormatInt(secs, 10))
+	if secs > int64(MaxRetryAfter/time.Second) {
+		h.Set(HeaderShouldRetry, "false")
+	}
 	if l.cfg.headers != HeadersNone {
 		l.setRateLimitHeaders(h, a)
 	}
@@ -50,6 +64,11 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, a *admission) {
 }
 
 func refusalMessage(a *admission, secs int64, docs string) string {
+	if a.d.NeverFits && windowed(a.kl, a.wl) {
+		if msg, ok := windowNeverFitsMessage(a, docs); ok {
+			return msg
+		}
+	}
 	if a.d.NeverFits {
 		scope, capacity := "workspace", 2*a.wl.TokensPerMinute
 		if a.est > 2*a.kl.TokensPerMinute {
@@ -65,6 +84,9 @@ func refusalMessage(a *admission, secs int64, docs string) string {
 	b := a.d.Refused
 	if b.Concurrent() {
 		return concurrencyMessage(a, b, secs, docs)
+	}
+	if w, ok := refusingWindow(a); ok {
+		return windowMessage(a, b, w, secs, docs)
 	}
 	dim, figure := "requests", b.PerMinute(a.kl, a.wl)
 	if b.Tokens() {
@@ -122,4 +144,85 @@ func concurrencyMessage(a *admission, b Bucket, secs int64, docs string) string 
 	}
 	return fmt.Sprintf("Rate limit reached for concurrent requests (%s) %s: limit %d in flight at once. Please try again in %ds, once a response in flight has ended. See %s",
 		b.Scope(), planPhrase(a), figure, secs, docs)
+}
+
+// refusingWindow returns the window whose bucket refused a: a window's
+// input or output meter, a window longer or shorter than a minute, or a
+// one-minute window's requests or tokens meter when the per-minute bucket
+// of that name had room (it is checked first, and a refusal debits
+// nothing: its level is in Remaining).
+func refusingWindow(a *admission) (Window, bool) {
+	b := a.d.Refused
+	if a.d.Window == 0 || b.Concurrent() {
+		return Window{}, false
+	}
+	if a.d.Window == time.Minute && b < KeyConcurrent {
+		need := int64(1)
+		if b.Tokens() {
+			need = a.est
+		}
+		if a.d.Remaining[b] < need {
+			return Window{}, false
+		}
+	}
+	ws := a.kl.Windows
+	if b.Scope() == "workspace" {
+		ws = a.wl.Windows
+	}
+	for _, w := range ws {
+		if w.Per == a.d.Window && w.Figure(b) > 0 {
+			return w, true
+		}
+	}
+	return Window{}, false
+}
+
+// meterPhrase names a window's meter and window for a message: "requests
+// per day", "input tokens per minute", "tokens per 6h0m0s".
+func meterPhrase(b Bucket, per time.Duration) string {
+	return b.Meter() + " per " + windowName(per)
+}
+
+// windowMessage is the 429 message of a window's refusal.
+func windowMessage(a *admission, b Bucket, w Window, secs int64, docs string) string {
+	figure, per := w.Figure(b), windowName(w.Per)
+	if a.entry != "" {
+		where := "in this workspace"
+		if b.Scope() == "key" {
+			where = "for this API key"
+		}
+		return fmt.Sprintf("Rate limit reached for %s %s on %s %s: limit %d per %s. Please try again in %ds. See %s",
+			a.entry, where, meterPhrase(b, w.Per), planPhrase(a), figure, per, secs, docs)
+	}
+	return fmt.Sprintf("Rate limit reached for %s (%s) %s: limit %d per %s. Please try again in %ds. See %s",
+		meterPhrase(b, w.Per), b.Scope(), planPhrase(a), figure, per, secs, docs)
+}
+
+// windowNeverFitsMessage is the 429 message of a request larger than a
+// window's whole capacity (its tokens estimate above a Tokens figure, or
+// its input estimate above an InputTokens figure), when no per-minute
+// bucket is too small for it already (that message comes first).
+func windowNeverFitsMessage(a *admission, docs string) (string, bool) {
+	if a.est > 2*a.kl.TokensPerMinute || a.est > 2*a.wl.TokensPerMinute {
+		return "", false
+	}
+	for scope, l := range [2]Limits{a.kl, a.wl} {
+		for _, w := range l.Windows {
+			for _, b := range WindowMeters[scope][1:3] {
+				n := a.est
+				if b == KeyInputTokens || b == WorkspaceInputTokens {
+					n = a.input
+				}
+				if f := w.Figure(b); f > 0 && n > f {
+					what := meterPhrase(b, w.Per) + " (" + b.Scope() + ")"
+					if a.entry != "" {
+						what = a.entry + "'s " + what
+					}
+					return fmt.Sprintf("Request too large for %s: its estimated %d %s exceed the window's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger tier. See %s",
+						what, n, b.Meter(), f, planPhrase(a), docs), true
+				}
+			}
+		}
+	}
+	return "", false
 }

@@ -7,9 +7,12 @@ import (
 	"time"
 )
 
-// Bucket names one of the four buckets a request is checked against, in
-// admission order, or one of the two concurrency gauges checked after them
-// (Limits.ConcurrentRequests).
+// Bucket names one of the four per-minute buckets a request is checked
+// against, in admission order, one of the two concurrency gauges checked
+// after them (Limits.ConcurrentRequests), or a window's input or output
+// meter (Limits.Windows). A window's requests and tokens meters are named
+// by KeyRequests, KeyTokens, WorkspaceRequests and WorkspaceTokens, with
+// Decision.Window telling which window.
 type Bucket uint8
 
 // The four buckets, in the order they are checked and debited, then the two
@@ -26,9 +29,22 @@ const (
 	// WorkspaceConcurrent is the workspace's gauge: its requests in flight
 	// at once, all its keys together.
 	WorkspaceConcurrent
+	// KeyInputTokens is a key's window's input meter (Window.InputTokens):
+	// debited the input estimate at admission (AdmitRequest.InputTokens),
+	// charged the reported input less cache reads.
+	KeyInputTokens
+	// KeyOutputTokens is a key's window's output meter
+	// (Window.OutputTokens): debited nothing at admission (a request is
+	// admitted while it holds at least 1), charged the reported output.
+	KeyOutputTokens
+	// WorkspaceInputTokens is KeyInputTokens for the workspace's windows.
+	WorkspaceInputTokens
+	// WorkspaceOutputTokens is KeyOutputTokens for the workspace's windows.
+	WorkspaceOutputTokens
 )
 
-var bucketNames = [...]string{"key_requests", "key_tokens", "workspace_requests", "workspace_tokens", "key_concurrent", "workspace_concurrent"}
+var bucketNames = [...]string{"key_requests", "key_tokens", "workspace_requests", "workspace_tokens", "key_concurrent", "workspace_concurrent",
+	"key_input_tokens", "key_output_tokens", "workspace_input_tokens", "workspace_output_tokens"}
 
 // String returns the bucket's snake_case name, e.g. "workspace_tokens",
 // suitable as a metric label.
@@ -41,7 +57,8 @@ func (b Bucket) String() string {
 
 // Scope returns "key" or "workspace".
 func (b Bucket) Scope() string {
-	if b == KeyRequests || b == KeyTokens || b == KeyConcurrent {
+	switch b {
+	case KeyRequests, KeyTokens, KeyConcurrent, KeyInputTokens, KeyOutputTokens:
 		return "key"
 	}
 	return "workspace"
@@ -52,8 +69,27 @@ func (b Bucket) Scope() string {
 func (b Bucket) Concurrent() bool { return b == KeyConcurrent || b == WorkspaceConcurrent }
 
 // Tokens reports whether b is a tokens bucket (else a requests bucket): a
-// request debits it by its token estimate rather than by one.
+// request debits it by its token estimate rather than by one. It is false
+// for the input and output meters (see Meter).
 func (b Bucket) Tokens() bool { return b == KeyTokens || b == WorkspaceTokens }
+
+// Meter returns what b counts: "requests", "tokens", "input tokens",
+// "output tokens", or "concurrent requests" for a gauge.
+func (b Bucket) Meter() string {
+	switch b {
+	case KeyRequests, WorkspaceRequests:
+		return "requests"
+	case KeyTokens, WorkspaceTokens:
+		return "tokens"
+	case KeyInputTokens, WorkspaceInputTokens:
+		return "input tokens"
+	case KeyOutputTokens, WorkspaceOutputTokens:
+		return "output tokens"
+	case KeyConcurrent, WorkspaceConcurrent:
+		return "concurrent requests"
+	}
+	return "unknown"
+}
 
 // PerMinute returns bucket b's per-minute figure, given the key's figures
 // key and the workspace's figures workspace (as in AdmitRequest.KeyLimits
@@ -63,18 +99,22 @@ func (b Bucket) PerMinute(key, workspace Limits) int64 {
 	if b.Concurrent() {
 		return 0
 	}
-	l := key
-	if b == WorkspaceRequests || b == WorkspaceTokens {
-		l = workspace
+	switch b {
+	case KeyRequests:
+		return key.RequestsPerMinute
+	case KeyTokens:
+		return key.TokensPerMinute
+	case WorkspaceRequests:
+		return workspace.RequestsPerMinute
+	case WorkspaceTokens:
+		return workspace.TokensPerMinute
 	}
-	if b.Tokens() {
-		return l.TokensPerMinute
-	}
-	return l.RequestsPerMinute
+	return 0 // the input and output meters exist only in windows
 }
 
 // Figure returns b's figure given the key's and the workspace's figures:
-// PerMinute for a bucket, ConcurrentRequests for a gauge (0: no cap).
+// PerMinute for a bucket, ConcurrentRequests for a gauge (0: no cap), 0
+// for an input or output meter (a window's: see Window.Figure).
 func (b Bucket) Figure(key, workspace Limits) int64 {
 	switch b {
 	case KeyConcurrent:
@@ -105,8 +145,18 @@ type AdmitRequest struct {
 	// capacity, with no reset and no free refill.
 	KeyLimits       Limits
 	WorkspaceLimits Limits
-	// Tokens is the token estimate to debit (at least 1).
+	// Tokens is the token estimate to debit (at least 1): from the four
+	// per-minute tokens buckets, and from every window's Tokens meter.
 	Tokens int64
+	// InputTokens is the input estimate to debit from every window's
+	// InputTokens meter (KeyInputTokens, WorkspaceInputTokens), at least 0:
+	// the request's estimate, or with EstimateFromBody its prompt part
+	// alone (without the max_tokens allowance), never scaled by
+	// calibration. It debits nothing else. A window's OutputTokens meter
+	// (KeyOutputTokens, WorkspaceOutputTokens) is debited nothing at
+	// admission: it admits while it holds at least 1. Without windows in
+	// KeyLimits or WorkspaceLimits, stores ignore it.
+	InputTokens int64
 	// Solo reports that the key is its own workspace and no other key can
 	// spend that workspace, with equal figures: the limiter's default
 	// (no WithWorkspace, no WithKeyTiers). The key's buckets and the
@@ -134,7 +184,7 @@ type AdmitRequest struct {
 	ID string
 	// MaxWait is how long the caller is willing to hold the request for a
 	// reservation (WithMaxWait): a request that does not fit now but would
-	// fit every bucket within MaxWait is debited now and answered Allowed
+	// fit every bucket (windows included) within MaxWait is debited now and answered Allowed
 	// with Decision.Wait > 0. Zero: no reservations, refuse as usual.
 	// Reservations are served in the order the store decided them: each
 	// debits the buckets at once (they may go below zero), so a later
@@ -145,6 +195,33 @@ type AdmitRequest struct {
 	MaxWait time.Duration
 }
 
+// Windows (Limits.Windows) in a Store. KeyLimits.Windows are the key's
+// windows and WorkspaceLimits.Windows the workspace's (for a Solo request
+// the two are one set, kept once as the workspace's). Each non-zero figure
+// of a window is one bucket, identified by (scope, Model, meter, Per):
+// (Key, Workspace, Model, meter, Per) for the key's, (Workspace, Model,
+// meter, Per) for the workspace's, the meter being one of WindowMeters. A
+// window bucket's capacity is its figure (Window.Figure) and it refills
+// the figure per Per, continuously and exactly as the per-minute buckets
+// refill theirs per minute; a bucket never seen is full. A changed figure
+// keeps the level clamped to the new capacity; a changed Per is another
+// bucket (the old one is simply no longer used, and full once refilled).
+// A store never drops a window bucket in debt before time alone has
+// refilled it.
+//
+// Admit checks the window buckets in the same atomic step as the four
+// per-minute buckets and the gauges, all or nothing, in the order: the
+// four per-minute buckets, the key's windows (in KeyLimits.Windows order;
+// in each: requests, tokens, input, output), the workspace's windows (in
+// WorkspaceLimits.Windows order), the gauges. An allowed admission debits
+// one request from each Requests meter, Tokens from each Tokens meter,
+// InputTokens from each InputTokens meter and nothing from the
+// OutputTokens meters (which need a level of at least 1). A request that
+// needs more than a window bucket's capacity (Tokens above a Tokens
+// figure, InputTokens above an InputTokens figure) never fits
+// (Decision.NeverFits). Reconcile applies the window charges with the
+// per-minute tokens charge, atomically (see ReconcileRequest).
+
 // Decision is the outcome of an admission.
 type Decision struct {
 	// Allowed is true when all four buckets had room (or, with
@@ -152,13 +229,26 @@ type Decision struct {
 	// every gauge in force had a free slot, now taken.
 	Allowed bool
 	// Refused is the first bucket or gauge, in the order KeyRequests,
-	// KeyTokens, WorkspaceRequests, WorkspaceTokens, KeyConcurrent,
-	// WorkspaceConcurrent, that had no room. Meaningful only when Allowed
-	// is false.
+	// KeyTokens, WorkspaceRequests, WorkspaceTokens (per minute), the key's
+	// windows, the workspace's windows (see Store), KeyConcurrent,
+	// WorkspaceConcurrent, that had no room. A window's requests and tokens
+	// meters refuse as KeyRequests, KeyTokens, WorkspaceRequests,
+	// WorkspaceTokens, its input and output meters as KeyInputTokens,
+	// KeyOutputTokens, WorkspaceInputTokens, WorkspaceOutputTokens; Window
+	// says which window. Meaningful only when Allowed is false.
 	Refused Bucket
+	// Window is the refusing bucket's window: the window's Per for a
+	// window's bucket (Limits.Windows); time.Minute, or 0, for the four
+	// per-minute buckets (a store may leave it 0 there, as every store
+	// written before windows does, and the built-in stores do for figures
+	// without windows: the limiter reads 0 with one of the four as
+	// time.Minute); 0 when Allowed or refused by a gauge.
+	Window time.Duration
 	// RetryAfter is the time until the refused request would fit in every
-	// bucket, capped at MaxRetryAfter; at least one second when a gauge
-	// refused (a slot frees when some response in flight ends). Zero when
+	// bucket, capped at MaxRetryAfter, or, for a window bucket whose Per is
+	// longer than MaxRetryAfter, that bucket's wait capped at its Per (the
+	// largest of the buckets' capped waits); at least one second when a
+	// gauge refused (a slot frees when some response in flight ends). Zero when
 	// Allowed. The memory store gives it exactly; a store may round it up
 	// to whole seconds (the Redis store does), which is the precision of
 	// the Retry-After header the middleware sends (whole seconds, rounded
@@ -172,6 +262,12 @@ type Decision struct {
 	// while a bucket is in debt (a reservation leaves it so). Gauges are
 	// not reported here.
 	Remaining [4]int64
+	// KeyWindows and WorkspaceWindows hold each window bucket's whole-unit
+	// level after the decision, indexed as AdmitRequest.KeyLimits.Windows
+	// and WorkspaceLimits.Windows (nil without windows; a meter a window
+	// does not limit reads 0). For a Solo request both are the same
+	// buckets' levels.
+	KeyWindows, WorkspaceWindows []WindowLevels
 	// Wait, when Allowed, is how long the caller must hold the request
 	// before forwarding it: a reservation (AdmitRequest.MaxWait), at most
 	// MaxWait, already debited. Zero for an admission that fits now. A
@@ -196,13 +292,26 @@ type ReconcileRequest struct {
 	Model           string // as in AdmitRequest: the buckets admission debited
 	KeyLimits       Limits
 	WorkspaceLimits Limits
-	// Estimate is what admission debited.
+	// Estimate is what admission debited (AdmitRequest.Tokens) from the
+	// per-minute tokens buckets and the windows' Tokens meters.
 	Estimate int64
 	// Actual is the charge that replaces it. Each bucket bounds it at twice
 	// its own capacity before applying Actual-Estimate.
 	Actual int64
-	Solo   bool // as in AdmitRequest
-	Now    time.Time
+	// InputEstimate is what admission debited from the windows'
+	// InputTokens meters (AdmitRequest.InputTokens), and InputActual the
+	// charge that replaces it: the reported input tokens less cache reads
+	// (the input estimate when none was reported). Each InputTokens bucket
+	// adds its bounded InputActual less InputEstimate (WindowDelta).
+	InputEstimate, InputActual int64
+	// OutputActual is the charge for the windows' OutputTokens meters
+	// (admission debited them nothing): the reported output tokens, or the
+	// larger of those and the generated text's bytes ÷ 4 when the report
+	// is missing or partial. Each OutputTokens bucket adds it, bounded
+	// (WindowDelta).
+	OutputActual int64
+	Solo         bool // as in AdmitRequest
+	Now          time.Time
 	// ID is the admission's AdmitRequest.ID. A store applies a reconcile
 	// (or refund) with a given non-empty ID at most once, whatever the
 	// caller (or its client library) resends: a caller may retry one whose
@@ -212,8 +321,10 @@ type ReconcileRequest struct {
 	// Receipt is the admission's Decision.Receipt, unchanged.
 	Receipt string
 	// Refund credits the admission back in full, as if it had been refused:
-	// one request to each requests bucket and Estimate tokens to each
-	// tokens bucket; Actual is ignored. For a request that never reached
+	// one request to each requests bucket (windows' included), Estimate
+	// tokens to each tokens bucket and windows' Tokens meter, InputEstimate
+	// to each windows' InputTokens meter, nothing to the OutputTokens
+	// meters; Actual, InputActual and OutputActual are ignored. For a request that never reached
 	// the provider, or a reservation whose client left while it waited.
 	Refund bool
 }
@@ -236,7 +347,9 @@ const MaxRetryAfter = 60 * time.Second
 //
 // Admit checks and debits all four buckets atomically, all or nothing: a
 // refused request changes no bucket. Reconcile applies one reconcile to both
-// tokens buckets atomically.
+// tokens buckets atomically. With windows (Limits.Windows), the windows'
+// buckets are part of both steps: see AdmitRequest and the notes on
+// windows after it.
 //
 // Identity: an admission with an ID (AdmitRequest.ID) that the store has
 // admitted is answered, when sent again, with that first decision, and
@@ -286,6 +399,45 @@ type Store interface {
 // to bucket b's level.
 func (r ReconcileRequest) BoundedActual(b Bucket) int64 {
 	return boundActual(r.Actual, 2*b.PerMinute(r.KeyLimits, r.WorkspaceLimits))
+}
+
+// WindowDelta returns what a reconcile adds to the debt of window w's
+// bucket for meter b (one of WindowMeters; positive: a further debit,
+// negative: a credit back): for a Tokens meter BoundedActual-Estimate with
+// the charge bounded at twice w's Tokens figure, for an InputTokens meter
+// the same with InputActual and InputEstimate, for an OutputTokens meter
+// OutputActual bounded; 0 for a Requests meter (requests never reconcile).
+// A refund (Refund) gives -1, -Estimate, -InputEstimate and 0. A store
+// subtracts it from the bucket's level, the level floored at minus twice
+// the capacity and capped at the capacity, as a per-minute tokens bucket's
+// is.
+func (r ReconcileRequest) WindowDelta(b Bucket, w Window) int64 {
+	f := w.Figure(b)
+	if f == 0 {
+		return 0
+	}
+	switch b {
+	case KeyRequests, WorkspaceRequests:
+		if r.Refund {
+			return -1
+		}
+	case KeyTokens, WorkspaceTokens:
+		if r.Refund {
+			return -r.Estimate
+		}
+		return boundActual(r.Actual, f) - r.Estimate
+	case KeyInputTokens, WorkspaceInputTokens:
+		if r.Refund {
+			return -r.InputEstimate
+		}
+		return boundActual(r.InputActual, f) - r.InputEstimate
+	case KeyOutputTokens, WorkspaceOutputTokens:
+		if r.Refund {
+			return 0
+		}
+		return boundActual(r.OutputActual, f)
+	}
+	return 0
 }
 
 // boundActual bounds a reported charge at twice a bucket's capacity.

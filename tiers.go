@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 	"unsafe"
 )
 
@@ -61,9 +62,9 @@ func ParseTier(s string) (Tier, error) {
 	return Free, fmt.Errorf("llmrate: unknown tier %q", s)
 }
 
-// Limits are the two sustained per-minute figures of a tier, and its
-// optional concurrency cap. Each bucket holds twice its figure (the burst)
-// and refills at the figure per minute.
+// Limits are the two sustained per-minute figures of a tier, its optional
+// concurrency cap, and its optional windows. Each per-minute bucket holds
+// twice its figure (the burst) and refills at the figure per minute.
 type Limits struct {
 	RequestsPerMinute int64
 	TokensPerMinute   int64
@@ -75,6 +76,100 @@ type Limits struct {
 	// every tier of DefaultTiers, sets no cap; a negative figure is
 	// invalid.
 	ConcurrentRequests int64
+	// Windows are limits over other windows and meters, each checked in
+	// the same atomic step as the per-minute buckets (see Window): e.g. a
+	// daily request quota, or a provider's separate input and output
+	// tokens per minute. nil (the default): none. At most MaxWindows, no
+	// two with one Per; each window's Per in [MinWindow, MaxWindow] in
+	// whole milliseconds, each figure in [0, MaxPerMinute], not all four
+	// 0. Limits holds a slice, so compare two with Equal.
+	Windows []Window
+}
+
+// Window is one limit over a window other than the per-minute figures'
+// (Limits.Windows): at most Requests requests, Tokens tokens, InputTokens
+// input tokens and OutputTokens output tokens per Per, each meter its own
+// bucket. A figure of 0 leaves that meter unlimited in this window.
+//
+// A window's bucket holds its figure (no burst: the per-minute figures'
+// twofold burst is theirs alone) and refills the figure per Per,
+// continuously, in the same exact integer arithmetic as the per-minute
+// buckets: idle, it comes back exactly full, and it never resets all at
+// once. So Window{Per: 24 * time.Hour, Requests: 1_500} is a daily
+// request quota that gives one request back every 57.6 s, and
+// Window{Per: time.Minute, InputTokens: 400_000, OutputTokens: 80_000}
+// holds a key to a provider's separate input and output limits.
+//
+// The meters:
+//   - Requests: one per admission, never reconciled (as RequestsPerMinute).
+//   - Tokens: what TokensPerMinute is charged (the estimate at admission,
+//     replaced by the charge after the response).
+//   - InputTokens: debited the input estimate at admission (the estimate;
+//     with EstimateFromBody its prompt part alone, without the max_tokens
+//     allowance; calibration scales only the Tokens meters), replaced by
+//     the reported input tokens less cache reads (Usage.InputTokens −
+//     Usage.CachedInputTokens; unreported: the input estimate).
+//   - OutputTokens: debited nothing at admission (a request is admitted
+//     while the bucket holds at least 1), charged the reported output
+//     tokens (unreported or partial: the larger of the reported output and
+//     the generated text's bytes ÷ 4).
+//
+// Each charge is bounded at twice its own bucket's capacity (the figure).
+type Window struct {
+	// Per is the window: from 1 s to 744 h (31 days), in whole
+	// milliseconds.
+	Per time.Duration
+	// The most per window; 0: that meter is not limited in this window.
+	Requests, Tokens, InputTokens, OutputTokens int64
+}
+
+// MaxWindows is the most windows one Limits may carry.
+const MaxWindows = 4
+
+// The bounds on Window.Per.
+const (
+	MinWindow = time.Second
+	MaxWindow = 744 * time.Hour
+)
+
+func (w Window) validate() error {
+	if w.Per < MinWindow || w.Per > MaxWindow {
+		return fmt.Errorf("window Per %v out of range [%v, %v]", w.Per, MinWindow, MaxWindow)
+	}
+	if w.Per%time.Millisecond != 0 {
+		return fmt.Errorf("window Per %v: must be whole milliseconds", w.Per)
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"Requests", w.Requests}, {"Tokens", w.Tokens}, {"InputTokens", w.InputTokens}, {"OutputTokens", w.OutputTokens}} {
+		if f.v < 0 || f.v > MaxPerMinute {
+			return fmt.Errorf("window %v: %s %d out of range [0, %d]", w.Per, f.name, f.v, int64(MaxPerMinute))
+		}
+	}
+	if w.Requests == 0 && w.Tokens == 0 && w.InputTokens == 0 && w.OutputTokens == 0 {
+		return fmt.Errorf("window %v: every figure is 0 (set at least one)", w.Per)
+	}
+	return nil
+}
+
+// validateWindows checks a Limits' windows: each valid, at most MaxWindows,
+// no two with one Per.
+func validateWindows(ws []Window) error {
+	if len(ws) > MaxWindows {
+		return fmt.Errorf("%d windows: at most %d", len(ws), MaxWindows)
+	}
+	for i, w := range ws {
+		if err := w.validate(); err != nil {
+			return err
+		}
+		for _, v := range ws[:i] {
+			if v.Per == w.Per {
+				return fmt.Errorf("two windows with Per %v", w.Per)
+			}
+		}
+	}
+	return nil
 }
 
 // MaxPerMinute is the largest per-minute figure New accepts. The bucket
@@ -90,6 +185,9 @@ func (l Limits) validate() error {
 	}
 	if l.ConcurrentRequests < 0 {
 		return fmt.Errorf("ConcurrentRequests %d: must not be negative (0: no cap)", l.ConcurrentRequests)
+	}
+	if l.Windows != nil {
+		return validateWindows(l.Windows)
 	}
 	return nil
 }

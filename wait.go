@@ -114,7 +114,7 @@ func (l *Limiter) waitTurn(w http.ResponseWriter, r *http.Request, a *admission)
 	left := a.d.Wait - time.Since(start)
 	// Refunded in full: the request never reached the provider. The
 	// reconcile also releases the request's gauge slots.
-	req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: a.est,
+	req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: a.est, InputEstimate: a.input,
 		Solo: l.solo, Now: l.cfg.clock(), ID: a.id, Receipt: a.d.Receipt, Refund: true}
 	l.reconcile(context.WithoutCancel(r.Context()), a, req)
 	if ce := l.debug.Check(zap.DebugLevel, "llmrate: left while waiting; reservation refunded"); ce != nil {

@@ -46,7 +46,17 @@
 // wait, later ones waiting behind earlier ones, a refusal past MaxWait
 // whose RetryAfter counts the reservations ahead, refunds
 // (ReconcileRequest.Refund) crediting a reservation back in full, and 40
-// concurrent callers each told a distinct wait. A store that lacks gauges
+// concurrent callers each told a distinct wait; windows (Limits.Windows):
+// a daily quota of 1,500 requests giving one back every 57.6 s exactly
+// and coming back full (no burst) when idle, a refusal naming its window
+// (Decision.Window) with a RetryAfter past a minute, the input and output
+// meters (AdmitRequest.InputTokens; ReconcileRequest.InputEstimate,
+// InputActual, OutputActual) with each charge bounded at twice its
+// bucket's figure, all or nothing with the per-minute buckets, the
+// workspace's windows shared by its keys, a window bucket's identity by
+// Per (a changed figure clamps, a changed Per is a new bucket), refunds
+// crediting every window, and the levels reported in
+// Decision.KeyWindows and WorkspaceWindows. A store that lacks gauges
 // or reservations must say so: its Admit returns an error wrapping
 // errors.ErrUnsupported for a request that uses them (the limiter then
 // fails a gauged request open, counted and logged; a request without a

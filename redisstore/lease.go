@@ -131,7 +131,7 @@ type part struct {
 
 // covers reports whether p can admit a request of n tokens under lim now.
 func (p *part) covers(lim llmrate.Limits, now time.Time, n int64) bool {
-	return p.lim == lim && now.Before(p.until) && p.left[0] >= 1 && p.left[1] >= n
+	return p.lim.Equal(lim) && now.Before(p.until) && p.left[0] >= 1 && p.left[1] >= n
 }
 
 func (p *part) take(now time.Time, n int64) {
@@ -449,7 +449,7 @@ func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest)
 			now := s.localNow()
 			kl := g.keys[k]
 			fits := func(p *part, lim llmrate.Limits, d int64) bool { // d applies to p's tokens
-				if p.lim != lim || !now.Before(p.until) || p.gross == ([2]int64{}) {
+				if !p.lim.Equal(lim) || !now.Before(p.until) || p.gross == ([2]int64{}) {
 					return false
 				}
 				return d >= 0 && p.left[1] >= d || d <= 0 && -d <= p.gross[1]-p.left[1]

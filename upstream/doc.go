@@ -21,7 +21,12 @@
 // # Keys and their buckets
 //
 // Each key has the same exact buckets as the middleware's (requests and
-// tokens per minute, capacity twice the figure), in the given store
+// tokens per minute), held, as a provider holds its own, to 1× its
+// per-minute figures (the figures also held as a one-minute
+// llmrate.Window, capacity the figure: a request whose estimate exceeds a
+// key's TokensPerMinute never fits that key), and to the key's Windows
+// (llmrate.Limits.Windows: e.g. a free tier's requests per day, or
+// Anthropic's input and output tokens per minute), in the given store
 // (WithStore: an llmrate.MemoryStore by default, per process; a
 // redisstore.Store holds a key to one limit across every gateway process).
 // A key's buckets are the solo workspace "upstream:"+Name

@@ -218,10 +218,10 @@ func TestMaxAttemptsDefault(t *testing.T) {
 // and without anything sent on it.
 func TestOwnLimitSkipIsNotAnAttempt(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, []upstream.Key{bearerKey("a", "sk-a", 1, 100_000), bearerKey("b", "sk-b", 100, 100_000), bearerKey("c", "sk-c", 100, 100_000)},
+	r := newRig(t, []upstream.Key{bearerKey("a", "sk-a", 2, 100_000), bearerKey("b", "sk-b", 100, 100_000), bearerKey("c", "sk-c", 100, 100_000)},
 		upstream.WithMaxAttempts(1))
 	r.post(t, chat("m", 400))
-	r.post(t, chat("m", 400)) // a's burst of 2 is spent
+	r.post(t, chat("m", 400)) // a's 2 per minute are spent (1×, as the provider's bucket)
 	r.rec.outcomes()
 	r.p.on("sk-b", tooMany())
 	resp, _ := r.post(t, chat("m", 400))
@@ -279,20 +279,20 @@ func TestNoKeyCanTakeTheRequest(t *testing.T) {
 // soonest over its refill rate, rounded up.
 func TestSynthesizedRetryAfterFromBuckets(t *testing.T) {
 	t.Parallel()
-	// a: 600 TPM = 10 tokens/s, capacity 1,200; b: 120 TPM = 2 tokens/s,
-	// capacity 240.
-	r := newRig(t, []upstream.Key{bearerKey("a", "sk-a", 100, 600), bearerKey("b", "sk-b", 100, 120)})
+	// a: 1,200 TPM = 20 tokens/s, capacity 1,200 (1×, as the provider's
+	// bucket); b: 240 TPM = 4 tokens/s, capacity 240.
+	r := newRig(t, []upstream.Key{bearerKey("a", "sk-a", 100, 1200), bearerKey("b", "sk-b", 100, 240)})
 	r.p.on("sk-a", openAIJSON(1000, 150, "x")) // a keeps 1,200 - 1,150 = 50
 	r.post(t, chat("m", 800))                  // estimate 200
 	r.p.on("sk-b", openAIJSON(200, 30, "y"))   // b keeps 240 - 230 = 10
 	r.post(t, chat("m", 800))                  // a: 50 < 200, so b
 	r.rec.outcomes()
-	// 200 more: a needs (200 - 50) / 10 = 15 s; b needs (200 - 10) / 2 = 95 s.
+	// 200 more: a needs (200 - 50) / 20 = 7.5 s; b needs (200 - 10) / 4 = 47.5 s.
 	resp, _ := r.post(t, chat("m", 800))
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
-	assert.Equal(t, "15", resp.Header.Get("Retry-After"))
+	assert.Equal(t, "8", resp.Header.Get("Retry-After"))
 	assert.Equal(t, []string{"a:skipped_own_limit", "b:skipped_own_limit"}, r.rec.outcomes())
-	r.clk.Add(14500 * time.Millisecond) // a needs 0.5 s more: rounded up to 1
+	r.clk.Add(7 * time.Second) // a needs 0.5 s more: rounded up to 1
 	resp, _ = r.post(t, chat("m", 800))
 	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
 	assert.Len(t, r.p.calls(), 2, "nothing was sent")
@@ -302,8 +302,10 @@ func TestSynthesizedRetryAfterFromBuckets(t *testing.T) {
 // message that retrying will not help, X-Should-Retry: false.
 func TestNeverFits(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, []upstream.Key{bearerKey("a", "sk-a", 100, 100), bearerKey("b", "sk-b", 100, 200)})
-	resp, body := r.post(t, chat("m", 4*401)) // 401 tokens > 2 × 200
+	// A key's buckets hold 1× its per-minute figures, as the provider's do:
+	// 401 tokens exceed b's 400 per minute, though not twice it.
+	r := newRig(t, []upstream.Key{bearerKey("a", "sk-a", 100, 100), bearerKey("b", "sk-b", 100, 400)})
+	resp, body := r.post(t, chat("m", 4*401))
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	assert.Equal(t, "60", resp.Header.Get("Retry-After"))
 	assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
@@ -320,13 +322,13 @@ func TestNeverFits(t *testing.T) {
 // A key the request can never fit is ignored in the Retry-After.
 func TestNeverFitsKeyIgnoredInRetryAfter(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, []upstream.Key{bearerKey("small", "sk-s", 100, 10), bearerKey("big", "sk-b", 100, 600)})
+	r := newRig(t, []upstream.Key{bearerKey("small", "sk-s", 100, 10), bearerKey("big", "sk-b", 100, 1200)})
 	r.p.on("sk-b", openAIJSON(1190, 0, "")) // big keeps 10
 	r.post(t, chat("m", 400))               // estimate 100: too big for small
 	r.rec.outcomes()
-	resp, _ := r.post(t, chat("m", 400)) // big needs (100 - 10) / 10 = 9 s
+	resp, _ := r.post(t, chat("m", 400)) // big needs (100 - 10) / 20 = 4.5 s
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
-	assert.Equal(t, "9", resp.Header.Get("Retry-After"))
+	assert.Equal(t, "5", resp.Header.Get("Retry-After"))
 	assert.Empty(t, resp.Header.Get("X-Should-Retry"))
 }
 

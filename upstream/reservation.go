@@ -16,6 +16,11 @@ type reservation struct {
 	id      string
 	receipt string
 	est     int64
+	// in and out are the charges of the key's input and output meters
+	// (windows): the reported input less cache reads (else the estimate)
+	// and the reported output (or the generated text's bytes ÷ 4); set by
+	// settle, else the estimate and 0.
+	in, out int64
 }
 
 // settle replaces the estimate by the charge for a response whose body
@@ -23,6 +28,15 @@ type reservation struct {
 // read to its end.
 func (res *reservation) settle(r usage.Result, cut bool) {
 	cut = cut || r.Cut()
+	res.in, res.out = res.est, 0
+	if r.Complete(cut) {
+		res.in, res.out = r.Usage.InputTokens-r.Usage.CachedInputTokens, r.Usage.OutputTokens
+	} else {
+		if r.InputReported {
+			res.in = r.Usage.InputTokens - r.Usage.CachedInputTokens
+		}
+		res.out = max(r.Usage.OutputTokens, r.GeneratedBytes/4)
+	}
 	res.apply(r.Charge(res.est, cut), false, ReconcileEvent{Kind: reconcileKind(r, cut), Cut: cut, Reported: r.Usage})
 }
 
@@ -60,8 +74,9 @@ func (res *reservation) apply(actual int64, refund bool, ev ReconcileEvent) {
 	t, k := res.t, res.k
 	ev.Key, ev.Estimate, ev.Actual, ev.Refund = k.Name, res.est, actual, refund
 	t.reconcile(retryJob{ctx: res.ctx, ev: ev, req: llmrate.ReconcileRequest{
-		Key: k.ws, Workspace: k.ws, KeyLimits: k.Limits, WorkspaceLimits: k.Limits,
+		Key: k.ws, Workspace: k.ws, KeyLimits: k.lim, WorkspaceLimits: k.lim,
 		Estimate: res.est, Actual: actual, Solo: true, Now: t.clock(),
 		ID: res.id, Receipt: res.receipt, Refund: refund,
+		InputEstimate: res.est, InputActual: max(0, res.in), OutputActual: max(0, res.out),
 	}})
 }

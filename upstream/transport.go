@@ -23,7 +23,16 @@ type Key struct {
 	// Never the secret.
 	Name string
 	// Limits are the provider's figures for this key, per minute; each in
-	// [1, llmrate.MaxPerMinute]. ConcurrentRequests, when above 0, caps the
+	// [1, llmrate.MaxPerMinute]. The key's buckets hold 1× its per-minute
+	// figures, as a provider's do (held as a one-minute window, combined
+	// with one of Windows of that Per, each meter the tighter figure): a
+	// request whose estimate exceeds TokensPerMinute never fits the key.
+	// Windows (llmrate.Limits.Windows) hold the key to the provider's other
+	// published limits, exactly: e.g. requests per day, or Anthropic's
+	// input and output tokens per minute. The input meters are debited the
+	// request's estimate and charged the reported input less cache reads;
+	// the output meters are charged the reported output.
+	// ConcurrentRequests, when above 0, caps the
 	// key's requests in flight to the provider: a slot is held from
 	// admission until the response body is read to its end or closed (or
 	// the attempt fails), as the store's gauge counts it
@@ -39,8 +48,35 @@ type Key struct {
 // key is a Key with its state.
 type key struct {
 	Key
-	ws    string // the workspace of its buckets: llmrate.ReservedWorkspacePrefix+Name
+	ws    string         // the workspace of its buckets: llmrate.ReservedWorkspacePrefix+Name
+	lim   llmrate.Limits // the figures its buckets are held to (heldLimits)
 	skips skips
+}
+
+// heldLimits are the figures a key's buckets are held to: its own, with
+// its per-minute figures also held as a one-minute window (capacity 1×,
+// as the provider's bucket), first among its windows and combined with a
+// window of its own of that Per (each meter the tighter non-zero figure).
+func heldLimits(l llmrate.Limits) llmrate.Limits {
+	minute := llmrate.Window{Per: time.Minute, Requests: l.RequestsPerMinute, Tokens: l.TokensPerMinute}
+	ws := make([]llmrate.Window, 0, len(l.Windows)+1)
+	ws = append(ws, minute)
+	tighter := func(a, b int64) int64 {
+		if a == 0 || b != 0 && b < a {
+			return b
+		}
+		return a
+	}
+	for _, w := range l.Windows {
+		if w.Per == time.Minute {
+			ws[0] = llmrate.Window{Per: time.Minute, Requests: tighter(minute.Requests, w.Requests), Tokens: tighter(minute.Tokens, w.Tokens),
+				InputTokens: w.InputTokens, OutputTokens: w.OutputTokens}
+			continue
+		}
+		ws = append(ws, w)
+	}
+	l.Windows = ws
+	return l
 }
 
 // Transport is an http.RoundTripper that sends each request on the first
@@ -70,7 +106,8 @@ var _ http.RoundTripper = (*Transport)(nil)
 // New returns a Transport over keys, tried in the order given. Bad input is
 // a *llmrate.ConfigError (several are joined): no keys, an empty or
 // duplicate Name, a nil Authorize, a figure out of [1,
-// llmrate.MaxPerMinute], a negative ConcurrentRequests, or a bad option.
+// llmrate.MaxPerMinute], a negative ConcurrentRequests, invalid Windows
+// (as llmrate.Limits.Windows says), or a bad option.
 func New(keys []Key, opts ...Option) (*Transport, error) {
 	cfg, err := newConfig(opts)
 	errs := []error{err}
@@ -102,7 +139,7 @@ func New(keys []Key, opts ...Option) (*Transport, error) {
 	t.retry.init()
 	_, t.memory = cfg.store.(*llmrate.MemoryStore)
 	for i, k := range keys {
-		t.keys[i].Key, t.keys[i].ws = k, llmrate.ReservedWorkspacePrefix+k.Name
+		t.keys[i].Key, t.keys[i].ws, t.keys[i].lim = k, llmrate.ReservedWorkspacePrefix+k.Name, heldLimits(k.Limits)
 	}
 	return t, nil
 }
@@ -131,6 +168,11 @@ func validKey(i int, k Key, seen map[string]int) error {
 	}
 	if c := k.Limits.ConcurrentRequests; c < 0 {
 		errs = append(errs, fmt.Errorf("ConcurrentRequests %d: must not be negative (0: no cap)", c))
+	}
+	if len(k.Limits.Windows) > 0 {
+		if err := (llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 1, Windows: k.Limits.Windows}).Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) == 0 {
 		return nil
@@ -197,7 +239,7 @@ func (r *round) try(k *key) (resp *http.Response, done bool, err error) {
 	t := r.t
 	ev := AttemptEvent{Key: k.Name, Estimate: r.est}
 	now := t.clock()
-	if r.est > 2*k.Limits.TokensPerMinute {
+	if r.est > k.Limits.TokensPerMinute {
 		ev.Outcome, ev.NeverFits = OutcomeSkippedOwnLimit, true
 		t.emit(&ev)
 		return nil, false, nil
@@ -276,8 +318,8 @@ func (r *round) admit(k *key, now time.Time) (*reservation, llmrate.Decision, er
 	}
 	d, err := callStore(t, r.req.Context(), "admit", func(ctx context.Context) (llmrate.Decision, error) {
 		return t.store.Admit(ctx, llmrate.AdmitRequest{
-			Key: k.ws, Workspace: k.ws, KeyLimits: k.Limits, WorkspaceLimits: k.Limits,
-			Tokens: r.est, Solo: true, Now: now, ID: id,
+			Key: k.ws, Workspace: k.ws, KeyLimits: k.lim, WorkspaceLimits: k.lim,
+			Tokens: r.est, InputTokens: r.est, Solo: true, Now: now, ID: id,
 		})
 	})
 	if err != nil {
@@ -287,7 +329,7 @@ func (r *round) admit(k *key, now time.Time) (*reservation, llmrate.Decision, er
 	if !d.Allowed {
 		return nil, d, nil
 	}
-	return &reservation{t: t, k: k, ctx: r.req.Context(), id: id, receipt: d.Receipt, est: r.est}, d, nil
+	return &reservation{t: t, k: k, ctx: r.req.Context(), id: id, receipt: d.Receipt, est: r.est, in: r.est}, d, nil
 }
 
 // send sends one attempt on k. An error before the provider saw the request

@@ -3,18 +3,44 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/llmrate/llmrate"
 )
 
-// Figures are one row of limits in the config file.
+// Figures are one row of limits in the config file, with its optional
+// windows (llmrate.Limits.Windows), written as the limits endpoint shows
+// them: "windows": [{"seconds": 86400, "requests": 1500}].
 type Figures struct {
-	RequestsPerMin int64 `json:"requestsPerMin"`
-	TokensPerMin   int64 `json:"tokensPerMin"`
+	RequestsPerMin int64           `json:"requestsPerMin"`
+	TokensPerMin   int64           `json:"tokensPerMin"`
+	Windows        []WindowFigures `json:"windows"`
+}
+
+// WindowFigures is one window: its length in seconds and the most per
+// window of each meter (0 or absent: not limited).
+type WindowFigures struct {
+	Seconds      int64 `json:"seconds"`
+	Requests     int64 `json:"requests"`
+	Tokens       int64 `json:"tokens"`
+	InputTokens  int64 `json:"inputTokens"`
+	OutputTokens int64 `json:"outputTokens"`
+}
+
+func windows(ws []WindowFigures) []llmrate.Window {
+	if len(ws) == 0 {
+		return nil
+	}
+	out := make([]llmrate.Window, len(ws))
+	for i, w := range ws {
+		out[i] = llmrate.Window{Per: time.Duration(w.Seconds) * time.Second, Requests: w.Requests, Tokens: w.Tokens,
+			InputTokens: w.InputTokens, OutputTokens: w.OutputTokens}
+	}
+	return out
 }
 
 func (f Figures) limits() llmrate.Limits {
-	return llmrate.Limits{RequestsPerMinute: f.RequestsPerMin, TokensPerMinute: f.TokensPerMin}
+	return llmrate.Limits{RequestsPerMinute: f.RequestsPerMin, TokensPerMinute: f.TokensPerMin, Windows: windows(f.Windows)}
 }
 
 // policyOptions turns the config's models, overrides and shadow switch

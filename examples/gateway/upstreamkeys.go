@@ -38,12 +38,20 @@ type UpstreamConfig struct {
 }
 
 // UpstreamKey is one provider key of the "upstream" section.
+//
+// A key may add the provider's other published limits as "windows"
+// (llmrate.Limits.Windows), e.g. an Anthropic key's input and output
+// tokens per minute, or a Gemini free-tier key's requests per day:
+//
+//	{"name": "claude", "requestsPerMin": 50, "tokensPerMin": 38000,
+//	 "windows": [{"seconds": 60, "inputTokens": 30000, "outputTokens": 8000}], "secretEnv": "ANTHROPIC_KEY"}
 type UpstreamKey struct {
-	Name           string `json:"name"`
-	RequestsPerMin int64  `json:"requestsPerMin"`
-	TokensPerMin   int64  `json:"tokensPerMin"`
-	SecretEnv      string `json:"secretEnv"`
-	Secret         string `json:"secret"`
+	Name           string          `json:"name"`
+	RequestsPerMin int64           `json:"requestsPerMin"`
+	TokensPerMin   int64           `json:"tokensPerMin"`
+	Windows        []WindowFigures `json:"windows"`
+	SecretEnv      string          `json:"secretEnv"`
+	Secret         string          `json:"secret"`
 }
 
 // mock429Prefix marks the credentials the built-in mock refuses with 429.
@@ -122,7 +130,7 @@ func upstreamKeys(cfg []UpstreamKey, mock bool) ([]upstream.Key, error) {
 		}
 		keys = append(keys, upstream.Key{
 			Name:      k.Name,
-			Limits:    llmrate.Limits{RequestsPerMinute: k.RequestsPerMin, TokensPerMinute: k.TokensPerMin},
+			Limits:    llmrate.Limits{RequestsPerMinute: k.RequestsPerMin, TokensPerMinute: k.TokensPerMin, Windows: windows(k.Windows)},
 			Authorize: func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+secret) },
 		})
 	}

@@ -18,11 +18,13 @@ import (
 )
 
 // TestGatewayUpstreamKeys: with upstream-keys.json the first key (which the
-// mock refuses with 429) is skipped, the next two serve their bursts of 2 ×
-// 3 requests, and then the client gets the synthesized 429.
+// mock refuses with 429) is skipped, the next four serve what their
+// per-minute figures hold (a key's buckets hold 1× them, as a provider's
+// do): 3 + 3 + 50 + 10 requests, and then the client gets the synthesized
+// 429.
 func TestGatewayUpstreamKeys(t *testing.T) {
 	url := startGateway(t, "-config", "upstream-keys.json")
-	for i := range 12 {
+	for i := range 66 {
 		resp := post(t, url, "sk-client", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
 		body, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
@@ -40,7 +42,8 @@ func TestGatewayUpstreamKeys(t *testing.T) {
 	assert.Equal(t, "rate_limit_error", env.Error.Type)
 	assert.Equal(t, "rate_limit_exceeded", env.Error.Code)
 	assert.Contains(t, env.Error.Message, "every upstream key")
-	// mock-b and mock-c refill a request every 20 s; mock-out-of-room is
+	// mock-b and mock-c refill a request every 20 s, the Anthropic-shaped
+	// key every 1.2 s, the Gemini-shaped one every 6 s; mock-out-of-room is
 	// skipped for 30 s: the soonest is at most 20 s away.
 	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 	require.NoError(t, err)
@@ -98,7 +101,7 @@ func TestGatewayUpstreamKeysRedis(t *testing.T) {
 	t.Setenv("LLMRATE_HASH_KEY", "0123456789abcdef-test-only")
 	url := startGateway(t, "-config", "upstream-keys.json", "-redis", "redis://"+srv.Addr+"/0")
 	codes := []int{}
-	for i := range 14 {
+	for i := range 68 {
 		key := "sk-client"
 		if i == 1 { // once mock-b's buckets exist
 			key = "upstream:mock-b"
@@ -108,6 +111,10 @@ func TestGatewayUpstreamKeysRedis(t *testing.T) {
 		_ = resp.Body.Close()
 		codes = append(codes, resp.StatusCode)
 	}
-	want := []int{200, 401, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429}
-	assert.Equal(t, want, codes, "mock-b and mock-c: 6 each, then the synthesized 429")
+	want := []int{200, 401}
+	for range 65 {
+		want = append(want, 200)
+	}
+	want = append(want, 429)
+	assert.Equal(t, want, codes, "the keys at 1× their per-minute figures: 3 + 3 + 50 + 10, then the synthesized 429")
 }

@@ -1,0 +1,522 @@
+package llmrate
+
+import (
+	"math"
+	"math/bits"
+	"time"
+)
+
+// The memory store's windows (Limits.Windows), kept apart from the entries
+// so that an admission without windows costs what it did before windows
+// existed: a windowed admission or reconcile takes the locked path (both
+// shards' locks, as under a gauge), and finds its window buckets in its
+// shards' window sets, by the hash of the entry they belong to (a key's in
+// its key shard, a workspace's, or a Solo request's, in its workspace
+// shard).
+
+// winSet is the window buckets of one entry hash: one per (meter, Per)
+// seen, each with the figure of its latest use.
+type winSet struct {
+	last int64 // the latest clock reading seen
+	// full is the clock reading by which time alone refills every bucket
+	// to full under the figures of its latest use (math.MaxInt64: not
+	// known to); debt whether a bucket was below zero after the latest use.
+	full int64
+	debt bool
+	b    []winBucket
+}
+
+// winBucket is one window bucket: capacity fig, refilled fig per per
+// nanoseconds, in the exact arithmetic of bucket with the period per (its
+// fraction is in 1/per units).
+type winBucket struct {
+	per   int64
+	fig   int64
+	meter uint8 // the index of its meter in WindowMeters' rows
+	bucket
+}
+
+// windowed reports whether either side's figures carry windows.
+func windowed(kl, wl Limits) bool { return len(kl.Windows) > 0 || len(wl.Windows) > 0 }
+
+// prefill is bucket.refill with a period of period nanoseconds: it adds
+// rate×dt/period, capped at capacity. Exact for any figure up to
+// MaxPerMinute, period up to MaxWindow and any dt (128-bit products).
+func (b *bucket) prefill(rate, capacity, dt int64, period uint64) {
+	if b.level >= capacity {
+		b.level, b.frac = capacity, 0
+		return
+	}
+	if dt <= 0 {
+		return
+	}
+	hi, lo := bits.Mul64(uint64(rate), uint64(dt))
+	var c uint64
+	lo, c = bits.Add64(lo, uint64(b.frac), 0)
+	hi += c
+	nhi, nlo := bits.Mul64(uint64(capacity-b.level), period)
+	if hi > nhi || (hi == nhi && lo >= nlo) {
+		b.level, b.frac = capacity, 0
+		return
+	}
+	q, r := bits.Div64(hi, lo, period)
+	b.level += int64(q)
+	b.frac = int64(r)
+}
+
+// pwait is bucket.wait with a period of period nanoseconds: the exact time
+// until the bucket holds n, limit when longer; never when n exceeds
+// capacity.
+func (b *bucket) pwait(n, rate, capacity int64, limit time.Duration, period uint64) (d time.Duration, never bool) {
+	if n > capacity {
+		return limit, true
+	}
+	if b.level >= n {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(uint64(n-b.level), period)
+	var br uint64
+	lo, br = bits.Sub64(lo, uint64(b.frac), 0)
+	hi -= br
+	lhi, llo := bits.Mul64(uint64(rate), uint64(limit))
+	if hi > lhi || (hi == lhi && lo > llo) {
+		return limit, false
+	}
+	q, r := bits.Div64(hi, lo, uint64(rate))
+	if r != 0 {
+		q++
+	}
+	return time.Duration(q), false
+}
+
+// find returns the bucket of meter m and window per, creating it full at
+// fig if absent.
+func (ws *winSet) find(m uint8, per, fig int64) *winBucket {
+	for i := range ws.b {
+		if ws.b[i].meter == m && ws.b[i].per == per {
+			return &ws.b[i]
+		}
+	}
+	ws.b = append(ws.b, winBucket{per: per, fig: fig, meter: m, bucket: bucket{level: fig}})
+	return &ws.b[len(ws.b)-1]
+}
+
+// advance refills every bucket up to now: those in windows at their
+// figures there (a changed figure clamps the level), the others at the
+// figure of their latest use; a bucket not in windows that is full is
+// dropped (it would come back full). A clock reading earlier than the
+// latest seen refills nothing.
+func (ws *winSet) advance(now int64, windows []Window) {
+	dt := now - ws.last
+	if dt > 0 {
+		ws.last = now
+	} else {
+		dt = 0
+	}
+	kept := ws.b[:0]
+	for _, wb := range ws.b {
+		in := false
+		for _, w := range windows {
+			if int64(w.Per) == wb.per {
+				if f := w.Figure(WindowMeters[0][wb.meter]); f > 0 {
+					wb.fig, in = f, true
+				}
+				break
+			}
+		}
+		wb.prefill(wb.fig, wb.fig, dt, uint64(wb.per))
+		if in || wb.level < wb.fig {
+			kept = append(kept, wb)
+		}
+	}
+	clear(ws.b[len(kept):])
+	ws.b = kept
+}
+
+// settle records, after a use, when time alone refills every bucket to
+// full and whether one is in debt.
+func (ws *winSet) settle() {
+	if ws == nil {
+		return
+	}
+	ws.debt, ws.full = false, ws.last
+	for i := range ws.b {
+		wb := &ws.b[i]
+		if wb.level < 0 {
+			ws.debt = true
+		}
+		d, _ := wb.pwait(wb.fig, wb.fig, wb.fig, 4*MaxWindow, uint64(wb.per))
+		if d >= 4*MaxWindow {
+			ws.full = math.MaxInt64
+			return
+		}
+		ws.full = max(ws.full, ws.last+int64(d))
+	}
+}
+
+// winSetOf returns the window set of entry hash h in sh, created empty if
+// absent, advanced to now under windows. The caller holds sh.mu. Creating
+// one may first drop the sets that time alone has refilled (lossless),
+// and at the bound a set not in debt (lossy, ev.lossy), or go beyond the
+// bound when every set sampled is in debt (ev.over): a debt is never
+// forgotten.
+//
+// Without windows it creates nothing: nil when there is no set.
+//
+// A new set takes its entry's clock (last): the latest reading seen, so
+// that a clock moving backwards refills nothing there either.
+func winSetOf(sh *memShard, bound int, h uint64, windows []Window, now, last int64, ev *evicted) *winSet {
+	if ws := sh.wins[h]; ws != nil {
+		ws.advance(now, windows)
+		return ws
+	}
+	if len(windows) == 0 {
+		return nil
+	}
+	if sh.wins == nil {
+		sh.wins = make(map[uint64]*winSet)
+		sh.winSweepAt = minSweep
+	}
+	if len(sh.wins) >= sh.winSweepAt {
+		for k, ws := range sh.wins {
+			if now >= ws.full {
+				delete(sh.wins, k)
+			}
+		}
+		sh.winSweepAt = max(minSweep, 2*len(sh.wins))
+	}
+	if len(sh.wins) >= bound {
+		var victim uint64
+		var oldest int64 = math.MaxInt64
+		found, visited := false, 0
+		for k, ws := range sh.wins {
+			if visited++; visited > evictVisit {
+				break
+			}
+			if now >= ws.full {
+				delete(sh.wins, k)
+				if len(sh.wins) < bound {
+					found = false
+					break
+				}
+				continue
+			}
+			if !ws.debt && ws.last < oldest {
+				victim, oldest, found = k, ws.last, true
+			}
+		}
+		switch {
+		case len(sh.wins) < bound:
+		case found:
+			delete(sh.wins, victim)
+			ev.lossy++
+		default:
+			ev.over++
+		}
+	}
+	ws := &winSet{last: last, full: last}
+	sh.wins[h] = ws
+	return ws
+}
+
+// winStage is one bucket of a windowed decision: what it needs, what it is
+// debited, its figures and its name.
+type winStage struct {
+	b           *bucket
+	need, debit int64
+	rate, cap   int64
+	period      uint64
+	bucket      Bucket
+	window      time.Duration
+	levels      *WindowLevels // where to report its level (nil: a per-minute bucket)
+}
+
+// windowStages appends the stages of windows' buckets in set ws for scope
+// (0: key, 1: workspace), in order (each window: requests, tokens, input,
+// output), with the levels slice they report to.
+func windowStages(st []winStage, ws *winSet, windows []Window, scope int, tokens, input int64, levels []WindowLevels) []winStage {
+	// Create the missing buckets first: the stages point into ws.b, which
+	// creating may move.
+	for _, w := range windows {
+		for m, b := range WindowMeters[scope] {
+			if f := w.Figure(b); f > 0 {
+				ws.find(uint8(m), int64(w.Per), f)
+			}
+		}
+	}
+	for i, w := range windows {
+		for m, b := range WindowMeters[scope] {
+			f := w.Figure(b)
+			if f == 0 {
+				continue
+			}
+			wb := ws.find(uint8(m), int64(w.Per), f)
+			s := winStage{b: &wb.bucket, rate: f, cap: f, period: uint64(w.Per), bucket: b, window: w.Per, levels: &levels[i]}
+			switch m {
+			case 0:
+				s.need, s.debit = 1, 1
+			case 1:
+				s.need, s.debit = tokens, tokens
+			case 2:
+				s.need, s.debit = input, input
+			case 3:
+				s.need = 1
+			}
+			st = append(st, s)
+		}
+	}
+	return st
+}
+
+// decideStages decides over stages in order, then the gauges (g; nil: none
+// in force): all are debited only if all have room and every gauge a free
+// slot (the caller takes the slots); with maxWait > 0 a request that would
+// fit every stage within maxWait is debited all the same (a reservation).
+// RetryAfter is the largest of the stages' exact waits, each capped at
+// MaxRetryAfter or its window's Per when longer.
+func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision {
+	var d Decision
+	refused := -1
+	for i := range st {
+		if st[i].b.level < st[i].need {
+			refused = i
+			break
+		}
+	}
+	debit := func() {
+		for i := range st {
+			st[i].b.level -= st[i].debit
+		}
+	}
+	if refused < 0 {
+		if g != nil {
+			if b, full := g.full(); full {
+				d.Refused, d.RetryAfter = b, time.Second
+				return d
+			}
+		}
+		debit()
+		d.Allowed = true
+		return d
+	}
+	d.Refused, d.Window = st[refused].bucket, st[refused].window
+	var exact time.Duration // the exact time until all fit (past every cap: beyond it)
+	for _, s := range st {
+		c := max(MaxRetryAfter, time.Duration(s.period))
+		w, never := s.b.pwait(s.need, s.rate, s.cap, c+1, s.period)
+		d.NeverFits = d.NeverFits || never
+		exact = max(exact, w)
+		d.RetryAfter = max(d.RetryAfter, min(w, c))
+	}
+	if maxWait <= 0 || d.NeverFits || exact > maxWait {
+		return d
+	}
+	if g != nil {
+		if b, full := g.full(); full {
+			d.Refused, d.Window, d.RetryAfter = b, 0, max(d.RetryAfter, time.Second)
+			return d
+		}
+	}
+	debit()
+	d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter = true, 0, 0, exact, 0
+	return d
+}
+
+// report fills d's levels from the stages: the four per-minute buckets
+// (the first four stages, or two for a Solo request) and the windows'.
+func report(d *Decision, st []winStage, solo bool) {
+	if solo {
+		d.Remaining = [4]int64{st[0].b.level, st[1].b.level, st[0].b.level, st[1].b.level}
+		st = st[2:]
+	} else {
+		d.Remaining = [4]int64{st[0].b.level, st[1].b.level, st[2].b.level, st[3].b.level}
+		st = st[4:]
+	}
+	for _, s := range st {
+		s.levels.set(s.bucket, s.b.level)
+	}
+}
+
+// perMinuteStages returns the stages of the four per-minute buckets (two
+// for a Solo request: ke is then the one entry).
+func perMinuteStages(st []winStage, ke, we *entry, kl, wl Limits, tokens int64) []winStage {
+	add := func(b *bucket, need, rate int64, name Bucket) {
+		st = append(st, winStage{b: b, need: need, debit: need, rate: rate, cap: 2 * rate, period: minute, bucket: name, window: time.Minute})
+	}
+	add(&ke.req, 1, kl.RequestsPerMinute, KeyRequests)
+	add(&ke.tok, tokens, kl.TokensPerMinute, KeyTokens)
+	if we != nil {
+		add(&we.req, 1, wl.RequestsPerMinute, WorkspaceRequests)
+		add(&we.tok, tokens, wl.TokensPerMinute, WorkspaceTokens)
+	}
+	return st
+}
+
+// admitWindowed is Admit for figures with windows (gauges too, if any):
+// the per-minute buckets, the key's windows, the workspace's and the
+// gauges in one decision, under both shards' locks.
+func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
+	now := r.Now.UnixNano()
+	tokens, input := r.Tokens, max(0, r.InputTokens)
+	st := make([]winStage, 0, 4+4*(len(r.KeyLimits.Windows)+len(r.WorkspaceLimits.Windows)))
+	var ev evicted
+	if r.Solo {
+		lim := r.WorkspaceLimits
+		wh := s.workspaceHash(r.Workspace, r.Model)
+		sh, e, ev0 := s.solo(r.Workspace, r.Model, lim, now)
+		ev = ev0
+		if r.ID != "" {
+			if _, dup := sh.held[r.ID]; dup {
+				e.release(sh.epoch.Load())
+				sh.mu.Unlock()
+				s.noteEvictions(ev)
+				return Decision{}, errHeldID
+			}
+		}
+		ws := winSetOf(sh, s.perShard, wh, lim.Windows, now, e.last, &ev)
+		levels := make([]WindowLevels, len(lim.Windows))
+		st = perMinuteStages(st, e, nil, lim, lim, tokens)
+		st = windowStages(st, ws, lim.Windows, 0, tokens, input, levels)
+		var g *gaugeCheck
+		if lim.ConcurrentRequests > 0 {
+			if r.ID == "" {
+				e.release(sh.epoch.Load())
+				sh.mu.Unlock()
+				return Decision{}, ErrNoAdmissionID
+			}
+			g = &gaugeCheck{keyCap: lim.ConcurrentRequests, keyNow: sh.inFlight[wh]}
+		}
+		d := decideStages(st, r.MaxWait, g)
+		report(&d, st, true)
+		d.KeyWindows, d.WorkspaceWindows = levels, levels
+		if d.Allowed && g != nil {
+			sh.take(wh)
+			sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
+		}
+		e.settle(lim)
+		ws.settle()
+		e.release(sh.epoch.Load())
+		sh.mu.Unlock()
+		s.noteEvictions(ev)
+		return d, nil
+	}
+	kc, wc := max(0, r.KeyLimits.ConcurrentRequests), max(0, r.WorkspaceLimits.ConcurrentRequests)
+	if (kc > 0 || wc > 0) && r.ID == "" {
+		return Decision{}, ErrNoAdmissionID
+	}
+	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	unlock := func() {
+		releasePair(ks, wsh, ke, we)
+		wsh.mu.Unlock()
+		ks.mu.Unlock()
+		s.noteEvictions(ev)
+	}
+	if r.ID != "" {
+		if _, dup := ks.held[r.ID]; dup {
+			unlock()
+			return Decision{}, errHeldID
+		}
+	}
+	kw := winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, now, ke.last, &ev)
+	ww := winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, now, we.last, &ev)
+	kls, wls := make([]WindowLevels, len(r.KeyLimits.Windows)), make([]WindowLevels, len(r.WorkspaceLimits.Windows))
+	st = perMinuteStages(st, ke, we, r.KeyLimits, r.WorkspaceLimits, tokens)
+	st = windowStages(st, kw, r.KeyLimits.Windows, 0, tokens, input, kls)
+	st = windowStages(st, ww, r.WorkspaceLimits.Windows, 1, tokens, input, wls)
+	var g *gaugeCheck
+	if kc > 0 || wc > 0 {
+		g = &gaugeCheck{keyCap: kc, keyNow: ks.inFlight[pk], wsCap: wc, wsNow: wsh.inFlight[wh]}
+	}
+	d := decideStages(st, r.MaxWait, g)
+	report(&d, st, false)
+	if len(kls) > 0 {
+		d.KeyWindows = kls
+	}
+	if len(wls) > 0 {
+		d.WorkspaceWindows = wls
+	}
+	if d.Allowed && g != nil {
+		hs := heldSlots{key: pk, ws: wh, haveKey: kc > 0, haveWS: wc > 0}
+		if hs.haveKey {
+			ks.take(pk)
+		}
+		if hs.haveWS {
+			wsh.take(wh)
+		}
+		ks.hold(r.ID, hs)
+	}
+	ke.settle(r.KeyLimits)
+	we.settle(r.WorkspaceLimits)
+	kw.settle()
+	ww.settle()
+	unlock()
+	return d, nil
+}
+
+// reconcileWindows applies r to the window buckets of set ws for scope (0:
+// key, 1: workspace).
+func reconcileWindows(ws *winSet, r ReconcileRequest, windows []Window, scope int) {
+	for _, w := range windows {
+		for m, b := range WindowMeters[scope] {
+			f := w.Figure(b)
+			if f == 0 {
+				continue
+			}
+			// Found (created full if new) even when nothing changes, as an
+			// admission would: a bucket's history starts at its first use.
+			wb := ws.find(uint8(m), int64(w.Per), f)
+			if delta := r.WindowDelta(b, w); delta != 0 {
+				wb.adjust(delta, f)
+			}
+		}
+	}
+}
+
+// reconcileWindowed is Reconcile for figures with windows: the per-minute
+// tokens buckets and the windows' buckets in one step, under both shards'
+// locks, releasing the admission's gauge slots as any reconcile does.
+func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
+	now := r.Now.UnixNano()
+	if r.Solo {
+		lim := r.WorkspaceLimits
+		wh := s.workspaceHash(r.Workspace, r.Model)
+		sh, e, ev := s.solo(r.Workspace, r.Model, lim, now)
+		reconcileEntry(e, r, WorkspaceTokens, lim)
+		ws := winSetOf(sh, s.perShard, wh, lim.Windows, now, e.last, &ev)
+		reconcileWindows(ws, r, lim.Windows, 0)
+		e.settle(lim)
+		ws.settle()
+		e.release(sh.epoch.Load())
+		if hs, ok := sh.unhold(r.ID); ok {
+			sh.give(hs.key)
+		}
+		sh.mu.Unlock()
+		s.noteEvictions(ev)
+		return
+	}
+	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
+	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
+	kw := winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, now, ke.last, &ev)
+	ww := winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, now, we.last, &ev)
+	reconcileWindows(kw, r, r.KeyLimits.Windows, 0)
+	reconcileWindows(ww, r, r.WorkspaceLimits.Windows, 1)
+	ke.settle(r.KeyLimits)
+	we.settle(r.WorkspaceLimits)
+	kw.settle()
+	ww.settle()
+	releasePair(ks, wsh, ke, we)
+	if hs, ok := ks.unhold(r.ID); ok {
+		if hs.haveKey {
+			ks.give(hs.key)
+		}
+		if hs.haveWS {
+			wsh.give(hs.ws)
+		}
+	}
+	wsh.mu.Unlock()
+	ks.mu.Unlock()
+	s.noteEvictions(ev)
+}
