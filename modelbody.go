@@ -54,6 +54,15 @@ const MaxModelBody = 1 << 20
 //
 // A body that fails to read gives "" and the next handler sees the same
 // failure after the bytes read before it.
+//
+// A body sent with a Content-Encoding the response side decodes (gzip,
+// x-gzip, deflate, br, zstd) is read as its decoded bytes, by the same
+// bounded decoders: the first MaxModelBody decoded bytes, as a chunked body
+// (so one decoding to more names no model, and a decompression bomb is
+// stopped there), with at most MaxModelBody encoded bytes held for the next
+// handler, which still reads every original byte. A coding that cannot be
+// decoded (another coding, a chain, a corrupt or truncated stream) gives
+// what a body that is not JSON gives: the path's model, or "".
 func ModelFromBody() Extractor { return modelFromBody }
 
 // ErrAmbiguousModel is returned by ModelFromBody for a body whose top-level
@@ -117,6 +126,9 @@ func readAheadBody(r *http.Request) *replayBody {
 	}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil
+	}
+	if coding := requestCoding(r); coding != "" {
+		return readAheadEncoded(r, coding)
 	}
 	declaredLarge := r.ContentLength > MaxModelBody
 	size := MaxModelBody
