@@ -58,20 +58,26 @@ func checkFilterCost(t *testing.T, writes [][]byte) {
 // TestUsageFilterLinearInOneWrite: 64,000 events arriving in one write
 // while the filter holds the start of an event (the previous write ended
 // mid-event) cost what the scan costs, within a small constant.
-func TestUsageFilterLinearInOneWrite(t *testing.T) {
+func TestUsageFilterLinearInOneWrite(t *testing.T) { checkFilterCost(t, oneBigWrite()) }
+
+// oneBigWrite is 64,000 events in one write that follows a write ending
+// mid-event.
+func oneBigWrite() [][]byte {
 	var b strings.Builder
 	for i := range 64000 {
 		fmt.Fprintf(&b, "data: {\"choices\":[{\"delta\":{\"content\":\"%d\"}}]}\n\n", i%10)
 	}
 	all := "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n"
-	writes := [][]byte{[]byte(all[:10]), []byte(all[10:] + b.String())}
-	checkFilterCost(t, writes)
+	return [][]byte{[]byte(all[:10]), []byte(all[10:] + b.String())}
 }
 
 // TestUsageFilterLinearInTinyWrites: a stream of events of many short
 // lines, in 8-byte writes, costs what the scan costs, within a small
 // constant: the held event is never searched again from its start.
-func TestUsageFilterLinearInTinyWrites(t *testing.T) {
+func TestUsageFilterLinearInTinyWrites(t *testing.T) { checkFilterCost(t, tinyWrites()) }
+
+// tinyWrites is 256 KiB of events of many short lines in 8-byte writes.
+func tinyWrites() [][]byte {
 	var b strings.Builder
 	for b.Len() < 256<<10 {
 		b.WriteString("event: e\n")
@@ -87,5 +93,37 @@ func TestUsageFilterLinearInTinyWrites(t *testing.T) {
 		writes = append(writes, s[:n])
 		s = s[n:]
 	}
-	checkFilterCost(t, writes)
+	return writes
+}
+
+// BenchmarkUsageFilter: the filter against the scan alone, on the two
+// shapes above (for timing on a quiet machine).
+func BenchmarkUsageFilter(b *testing.B) {
+	for name, writes := range map[string][][]byte{"one-big-write": oneBigWrite(), "8-byte-writes": tinyWrites()} {
+		n := 0
+		for _, w := range writes {
+			n += len(w)
+		}
+		b.Run(name+"/scan", func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				s := usage.NewScanner("text/event-stream", "")
+				for _, w := range writes {
+					_, _ = s.Write(w)
+				}
+				s.Finish()
+			}
+		})
+		b.Run(name+"/filter", func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				var f usage.Filter
+				f.Reset(usage.NewScanner("text/event-stream", ""), io.Discard.Write)
+				for _, w := range writes {
+					_, _ = f.Write(w)
+				}
+				_ = f.Flush()
+			}
+		})
+	}
 }
