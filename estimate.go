@@ -40,7 +40,9 @@ func EstimateTokens(r *http.Request) int64 {
 // Content-Length). A body that is not one valid JSON object within its
 // first MaxModelBody bytes (a larger body, one that fails to read, or
 // none) is estimated as EstimateTokens estimates it: Content-Length / 4,
-// at least 1. The reconcile corrects the estimate, as always.
+// at least 1. The reconcile corrects the estimate, as always. A body with
+// a Content-Encoding is read decoded, as ModelFromBody reads it; one whose
+// coding cannot be decoded is estimated as EstimateTokens does.
 //
 // A request naming a large output limit is debited that much at
 // admission: it is refused when a bucket cannot hold it (NeverFits when

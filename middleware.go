@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmrate/llmrate/internal/retryq"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -37,9 +38,9 @@ type Limiter struct {
 	primeBody bool         // ModelFromBody and EstimateFromBody: one scan for both
 	bodyEst   bool         // the estimator is EstimateFromBody: the input estimate is its prompt part
 
-	calls     *storeCaller    // the store, when it is not the memory store
-	rq        *reconcileQueue // nil: reconciles run on the request's goroutine
-	retry     retrier         // reconciles the store failed, tried again
+	calls     *storeCaller                // the store, when it is not the memory store
+	rq        *reconcileQueue             // nil: reconciles run on the request's goroutine
+	retry     *retryq.Queue[reconcileJob] // reconciles the store failed, tried again; nil for the memory store
 	closeOnce sync.Once
 
 	stopEvictions func() // unsubscribes the observer from the store's evictions; nil when not subscribed
@@ -74,6 +75,7 @@ func New(opts ...Option) (*Limiter, error) {
 	}
 	if l.mem == nil {
 		l.calls = newStoreCaller(c.store, c.timeout, c.maxStoreCalls)
+		l.retry = newRetrier(l)
 		if c.reconcileQueue > 0 {
 			l.rq = newReconcileQueue(l, c.reconcileQueue)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -15,7 +16,9 @@ import (
 )
 
 // MaxModelBody bounds what ModelFromBody examines of a request body: at
-// most this many leading bytes are read ahead and held in memory.
+// most this many leading bytes are read ahead and held in memory, and only
+// until the next handler has read them (or closed the body): a long
+// response after a large request holds none of them.
 const MaxModelBody = 1 << 20
 
 // ModelFromBody returns an Extractor for WithModel that reads the model the
@@ -51,6 +54,15 @@ const MaxModelBody = 1 << 20
 //
 // A body that fails to read gives "" and the next handler sees the same
 // failure after the bytes read before it.
+//
+// A body sent with a Content-Encoding the response side decodes (gzip,
+// x-gzip, deflate, br, zstd) is read as its decoded bytes, by the same
+// bounded decoders: the first MaxModelBody decoded bytes, as a chunked body
+// (so one decoding to more names no model, and a decompression bomb is
+// stopped there), with at most MaxModelBody encoded bytes held for the next
+// handler, which still reads every original byte. A coding that cannot be
+// decoded (another coding, a chain, a corrupt or truncated stream) gives
+// what a body that is not JSON gives: the path's model, or "".
 func ModelFromBody() Extractor { return modelFromBody }
 
 // ErrAmbiguousModel is returned by ModelFromBody for a body whose top-level
@@ -109,23 +121,37 @@ func modelInBody(r *http.Request) (string, error) {
 // replayed from it yet, else a new one that replaces r.Body. nil: r has no
 // body.
 func readAheadBody(r *http.Request) *replayBody {
-	if rb, ok := r.Body.(*replayBody); ok && len(rb.head) == len(rb.ahead) {
+	if rb, ok := r.Body.(*replayBody); ok && !rb.hasStarted() {
 		return rb
 	}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil
 	}
-	declaredLarge := r.ContentLength > MaxModelBody
-	want := MaxModelBody + 1 // one more byte tells a body at the bound from a larger one
-	if declaredLarge {
-		want = MaxModelBody
+	if coding := requestCoding(r); coding != "" {
+		return readAheadEncoded(r, coding)
 	}
-	size := want
-	if r.ContentLength > 0 && r.ContentLength < int64(want) {
+	declaredLarge := r.ContentLength > MaxModelBody
+	size := MaxModelBody
+	if r.ContentLength > 0 && r.ContentLength < MaxModelBody {
 		size = int(r.ContentLength) + 1 // room to see the end without growing
 	}
-	buf, err := readahead.Read(r.Body, make([]byte, 0, min(size, 64<<10)), want)
+	// At most MaxModelBody bytes are held; one more byte, read on its own,
+	// tells a body at the bound from a larger one.
+	buf, err := readahead.Read(r.Body, make([]byte, 0, min(size, 64<<10)), MaxModelBody)
 	rb := &replayBody{head: buf, ahead: buf, end: err, declaredLarge: declaredLarge, Closer: r.Body}
+	if err == nil && !declaredLarge {
+		var one [1]byte
+		switch n, perr := io.ReadFull(r.Body, one[:]); {
+		case n == 1:
+			rb.rest = io.MultiReader(bytes.NewReader(one[:]), r.Body)
+		case perr == io.EOF:
+			rb.end = io.EOF
+		default:
+			rb.end, rb.rest = perr, errReader{perr}
+		}
+		r.Body = rb
+		return rb
+	}
 	switch err {
 	case nil:
 		rb.rest = r.Body
@@ -140,15 +166,19 @@ func readAheadBody(r *http.Request) *replayBody {
 // replayBody is a request body whose first bytes were read ahead: it
 // replays them in front of what is left of the body; Close still closes the
 // original body. It keeps what the body readers of the request found in
-// them, so that the body is read ahead, and scanned, once.
+// them, so that the body is read ahead, and scanned, once. Once the bytes
+// read ahead have all been replayed, or the body is closed, it lets them
+// go: a long response after a large request holds none of it.
 type replayBody struct {
-	head []byte    // read ahead, not yet replayed
-	rest io.Reader // nil: the body had ended
+	mu   sync.Mutex // Close may come from another goroutine than Read (a Transport's)
+	head []byte     // read ahead, not yet replayed
+	rest io.Reader  // nil: the body had ended
 	io.Closer
 
-	ahead         []byte // every byte read ahead (head before any replay)
-	end           error  // how the read-ahead stopped: nil (want bytes read), io.EOF or the read error
+	ahead         []byte // every byte read ahead (head before any replay); nil once released
+	end           error  // how the read-ahead stopped: nil (MaxModelBody bytes read and more follow), io.EOF or the read error
 	declaredLarge bool   // a declared Content-Length above MaxModelBody
+	started       bool   // the replay began (or the body was closed): the facts are no longer read
 	scanned       int8   // 0: not scanned; 1: for the model; 2: for the estimate too
 	f             bodyFacts
 }
@@ -174,19 +204,52 @@ func (b *replayBody) facts(estimate bool) *bodyFacts {
 	return &b.f
 }
 
+// release lets the bytes read ahead go (the facts' model points into them).
+// b.mu is held.
+func (b *replayBody) release() {
+	b.started = true
+	b.head, b.ahead, b.f.model = nil, nil, nil
+}
+
+func (b *replayBody) hasStarted() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.started
+}
+
 func (b *replayBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
 	if len(b.head) > 0 {
+		b.started = true
 		n := copy(p, b.head)
 		b.head = b.head[n:]
-		if len(b.head) == 0 && b.rest == nil {
+		if len(b.head) > 0 {
+			b.mu.Unlock()
+			return n, nil
+		}
+		b.release()
+		b.mu.Unlock()
+		if b.rest == nil {
 			return n, io.EOF
 		}
 		return n, nil
 	}
+	if b.ahead != nil && len(p) > 0 { // nothing was read ahead: the replay begins here
+		b.release()
+	}
+	b.mu.Unlock()
 	if b.rest == nil {
 		return 0, io.EOF
 	}
 	return b.rest.Read(p)
+}
+
+// Close closes the original body and lets the bytes read ahead go.
+func (b *replayBody) Close() error {
+	b.mu.Lock()
+	b.release()
+	b.mu.Unlock()
+	return b.Closer.Close()
 }
 
 type errReader struct{ err error }

@@ -248,7 +248,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 		}
 	}
 	// Reconciles the store failed are retried until ctx is done.
-	if failed := l.retry.close(ctx); failed > 0 {
+	if failed := l.closeRetries(ctx); failed > 0 {
 		errs = append(errs, fmt.Errorf("llmrate: %d reconciles failed while closing, not applied (logged): %w", failed, context.Cause(ctx)))
 	}
 	if len(errs) > 0 {

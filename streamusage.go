@@ -34,6 +34,13 @@ import (
 // the stream despite "identity" has its usage read all the same, but its
 // usage chunk reaches the client: each such response is counted
 // (StreamUsageShown) and logged at warn.
+//
+// What a rewrite costs: the body is read whole, decoded into a map and
+// encoded again, about 5 bytes allocated per byte of body (5 MiB for a
+// 1 MiB body), and the rewritten body (as large as the original) is held
+// until the request ends, for the body and GetBody. Filtering the stream
+// costs linear time in its bytes and holds at most one incomplete event
+// (64 KiB) per stream.
 func WithStreamUsage() Option {
 	return optionFunc(func(c *config) { c.streamUse = true })
 }

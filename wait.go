@@ -72,6 +72,14 @@ func WithMaxWait(d time.Duration) Option {
 // reservation at once (WithMaxWait); a request arriving past the bound is
 // decided as without WithMaxWait (refused when it does not fit now).
 // Default: DefaultMaxWaiters. n must be positive.
+//
+// The bound is one pool for the whole limiter, shared by every key and
+// workspace: a few dozen keys with empty buckets and long waits can hold
+// every place, and other tenants' requests are then refused at once
+// instead of waiting. Each bucket holds at most the waiters its refill
+// admits within the wait (see WithMaxWait), so to keep places for
+// others, size n above the sum of that over the keys expected to wait at
+// once, or keep the wait short.
 func WithMaxWaiters(n int) Option {
 	return optionFunc(func(c *config) {
 		if n <= 0 {

@@ -125,9 +125,11 @@
 // retried on another key. A store fault (an error, a call past
 // WithStoreTimeout, a panic) on admission fails open: the key is used
 // unchecked, counted in FailOpens and logged at warn. A reconcile (or
-// refund) the store fails is retried on a goroutine of the Transport's,
-// with backoff, for ReconcileRetryFor (5 s) from its first failure; one
-// still not applied is dropped, its estimate standing: counted in
+// refund) the store fails is retried on goroutines of the Transport's,
+// each with its own backoff and at most 16 tries at once, for
+// ReconcileRetryFor (5 s) from its first failure; one still not applied
+// then (or, with a try in flight, when that try fails: within one store
+// timeout more) is dropped, its estimate standing: counted in
 // FailOpens and DroppedReconciles, logged at warn and reported to the
 // observer (ReconcileEvent.Err), never silently. Close waits for the
 // reconciles being retried (call it at shutdown, with a deadline; those

@@ -6,5 +6,5 @@ import "time"
 // retryFor, first after first, at most maxWaiting at once. Call it before t
 // is used.
 func SetReconcileRetry(t *Transport, retryFor, first time.Duration, maxWaiting int) {
-	t.retry.retryFor, t.retry.first, t.retry.max = retryFor, first, maxWaiting
+	t.retry = t.newRetrier(retryFor, first, maxWaiting)
 }

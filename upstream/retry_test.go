@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -221,4 +222,69 @@ func TestReconcileRetryBounded(t *testing.T) {
 	cancel()
 	assert.ErrorIs(t, tr.Close(ctx), context.Canceled)
 	assert.Equal(t, int64(2), tr.DroppedReconciles())
+}
+
+// stalledStore admits everything and answers every reconcile only when its
+// context ends (at the store timeout), with that error.
+type stalledStore struct{ calls atomic.Int64 }
+
+func (s *stalledStore) Admit(context.Context, llmrate.AdmitRequest) (llmrate.Decision, error) {
+	return llmrate.Decision{Allowed: true, Remaining: [4]int64{1, 1, 1, 1}}, nil
+}
+
+func (s *stalledStore) Reconcile(ctx context.Context, _ llmrate.ReconcileRequest) error {
+	s.calls.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestFailedReconcilesDroppedOnTime: of 300 reconciles failing against a
+// store that answers only at its timeout, each is dropped and counted
+// within its retry time plus one store timeout (and some slack for a
+// loaded machine) of its first failure, none sooner: one's retries do not
+// wait for the others' (tried one after another, a pass over 300 took
+// 300 × the timeout, 6 s here).
+func TestFailedReconcilesDroppedOnTime(t *testing.T) {
+	t.Parallel()
+	const (
+		n        = 300
+		timeout  = 20 * time.Millisecond
+		retryFor = time.Second
+		slack    = 500 * time.Millisecond
+	)
+	s := &stalledStore{}
+	p := newProvider(t)
+	tr, err := upstream.New([]upstream.Key{bearerKey("a", "sk-secret-a", 100_000, 100_000_000)},
+		upstream.WithStore(s), upstream.WithStoreTimeout(timeout))
+	require.NoError(t, err)
+	upstream.SetReconcileRetry(tr, retryFor, 10*time.Millisecond, 1000)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			postVia(t, tr, p.srv.URL)
+		}()
+	}
+	wg.Wait()
+	lastFirstFailure := time.Now() // each response's reconcile failed before it returned
+	deadline := lastFirstFailure.Add(retryFor + timeout + slack)
+	var firstDrop time.Time
+	for time.Now().Before(deadline) && tr.DroppedReconciles() < n {
+		if firstDrop.IsZero() && tr.DroppedReconciles() > 0 {
+			firstDrop = time.Now()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if firstDrop.IsZero() && tr.DroppedReconciles() > 0 {
+		firstDrop = time.Now()
+	}
+	t.Logf("%d dropped %v after the last first failure", tr.DroppedReconciles(), time.Since(lastFirstFailure))
+	assert.Equal(t, int64(n), tr.DroppedReconciles(), "dropped and counted %v after the last first failure", time.Since(lastFirstFailure))
+	assert.Equal(t, int64(n), tr.FailOpens())
+	require.False(t, firstDrop.IsZero())
+	assert.GreaterOrEqual(t, firstDrop.Sub(start), retryFor, "none is dropped before it was retried for its whole time")
+	assert.Greater(t, s.calls.Load(), int64(2*n), "each was tried again")
+	require.NoError(t, tr.Close(context.Background()))
 }

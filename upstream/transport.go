@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/retryq"
 	"go.uber.org/zap"
 )
 
@@ -97,8 +98,8 @@ type Transport struct {
 	observer         Observer
 	timeout          time.Duration
 	failOpens        atomic.Int64
-	dropped          atomic.Int64 // reconciles never applied (retry.go)
-	retry            retrier
+	dropped          atomic.Int64            // reconciles never applied (retry.go)
+	retry            *retryq.Queue[retryJob] // reconciles the store failed (retry.go)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -136,7 +137,7 @@ func New(keys []Key, opts ...Option) (*Transport, error) {
 	if t.defaultEstimator {
 		t.estimator = llmrate.EstimateTokens
 	}
-	t.retry.init()
+	t.retry = t.newRetrier(ReconcileRetryFor, reconcileRetryFirst, maxRetrying)
 	_, t.memory = cfg.store.(*llmrate.MemoryStore)
 	for i, k := range keys {
 		t.keys[i].Key, t.keys[i].ws, t.keys[i].lim = k, llmrate.ReservedWorkspacePrefix+k.Name, heldLimits(k.Limits)

@@ -32,3 +32,31 @@ func TestEventEnd(t *testing.T) {
 		require.Equal(t, eventEnd(b), fastEventEnd(b), "%q", b)
 	}
 }
+
+// TestEndSearchAcrossWrites: the Filter's resumable search finds the end
+// eventEnd finds in the whole, however the bytes are split into writes.
+func TestEndSearchAcrossWrites(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 50000 {
+		b := make([]byte, r.IntN(16))
+		for i := range b {
+			b[i] = "\r\nd:x"[r.IntN(5)]
+		}
+		want := eventEnd(b)
+		var e endSearch
+		got, off := -1, 0
+		for rest := b; ; {
+			n := min(len(rest), r.IntN(4))
+			if end := e.next(rest[:n]); end >= 0 {
+				got = off + end
+				break
+			}
+			off += n
+			rest = rest[n:]
+			if len(rest) == 0 {
+				break
+			}
+		}
+		require.Equal(t, want, got, "%q", b)
+	}
+}

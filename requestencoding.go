@@ -1,0 +1,110 @@
+package llmrate
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/llmrate/llmrate/internal/readahead"
+	"github.com/llmrate/llmrate/internal/reqdecode"
+)
+
+// A request body sent with a Content-Encoding (gzip, x-gzip, deflate, br,
+// zstd) is read by ModelFromBody and EstimateFromBody as its decoded bytes,
+// through the decoders the response side uses (package usage, with their
+// memory bounds): at most MaxModelBody decoded bytes are read ahead, so a
+// decompression bomb is stopped there, and at most MaxModelBody encoded
+// bytes are held for the next handler, which still reads every original
+// byte. A body decoding to more than MaxModelBody bytes is read as a
+// chunked body that large is (no model; the estimate is EstimateTokens').
+// A coding that cannot be decoded (another coding, a chain such as
+// "gzip, br", a corrupt or truncated stream, encoded bytes past
+// MaxModelBody before the decoded ones reach it) takes the fallback of a
+// body that is not JSON: ModelFromBody reads the path, EstimateFromBody
+// estimates as EstimateTokens does.
+
+// requestCoding returns r's Content-Encoding values as one list, or ""
+// when they name no coding but identity.
+func requestCoding(r *http.Request) string {
+	vs := r.Header.Values("Content-Encoding")
+	for _, v := range vs {
+		for tok := range strings.SplitSeq(v, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" && !strings.EqualFold(tok, "identity") {
+				return strings.Join(vs, ",")
+			}
+		}
+	}
+	return ""
+}
+
+// errHeldFull stops a decoder that would need more than MaxModelBody
+// encoded bytes held.
+var errHeldFull = errors.New("llmrate: more than MaxModelBody encoded bytes read ahead")
+
+// rawTap reads a request body for a decoder, holding the bytes read (for
+// the replay), at most limit of them.
+type rawTap struct {
+	r     io.Reader
+	held  []byte
+	limit int
+	err   error // the body's own read error; io.EOF at its end
+}
+
+func (t *rawTap) Read(p []byte) (int, error) {
+	if t.err != nil {
+		return 0, t.err
+	}
+	room := t.limit - len(t.held)
+	if room <= 0 {
+		return 0, errHeldFull
+	}
+	if len(p) > room {
+		p = p[:room]
+	}
+	n, err := t.r.Read(p)
+	if len(t.held)+n > cap(t.held) {
+		grown := make([]byte, len(t.held), min(max(2*cap(t.held), len(t.held)+n, 4<<10), t.limit))
+		copy(grown, t.held)
+		t.held = grown
+	}
+	t.held = append(t.held, p[:n]...)
+	if err != nil {
+		t.err = err
+	}
+	return n, err
+}
+
+// readAheadEncoded is readAheadBody for a body with a Content-Encoding. nil:
+// the coding is not one that is decoded; the body is left as it is.
+func readAheadEncoded(r *http.Request, coding string) *replayBody {
+	if reqdecode.Open == nil {
+		return nil
+	}
+	tap := &rawTap{r: r.Body, limit: MaxModelBody}
+	dec, done, err := reqdecode.Open(coding, tap)
+	var decoded []byte
+	end := err
+	if err == nil {
+		decoded, end = readahead.Read(dec, make([]byte, 0, 4<<10), MaxModelBody)
+		if end == nil { // MaxModelBody decoded bytes: one more tells a larger body
+			var one [1]byte
+			if n, perr := io.ReadFull(dec, one[:]); n == 0 {
+				end = perr
+			}
+		}
+		done()
+	} else if len(tap.held) == 0 && tap.err == nil {
+		return nil // an unsupported coding or a chain: nothing was read
+	}
+	rb := &replayBody{head: tap.held, ahead: decoded, end: end, Closer: r.Body}
+	switch tap.err {
+	case nil:
+		rb.rest = r.Body
+	case io.EOF:
+	default:
+		rb.rest = errReader{tap.err}
+	}
+	r.Body = rb
+	return rb
+}
