@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/llmrate/llmrate/internal/readahead"
-	"github.com/llmrate/llmrate/internal/reqdecode"
+	"github.com/llmrate/llmrate/usage"
 )
 
 // A request body sent with a Content-Encoding (gzip, x-gzip, deflate, br,
@@ -78,11 +78,8 @@ func (t *rawTap) Read(p []byte) (int, error) {
 // readAheadEncoded is readAheadBody for a body with a Content-Encoding. nil:
 // the coding is not one that is decoded; the body is left as it is.
 func readAheadEncoded(r *http.Request, coding string) *replayBody {
-	if reqdecode.Open == nil {
-		return nil
-	}
 	tap := &rawTap{r: r.Body, limit: MaxModelBody}
-	dec, done, err := reqdecode.Open(coding, tap)
+	dec, done, err := usage.Decode(coding, tap)
 	var decoded []byte
 	end := err
 	if err == nil {

@@ -4,19 +4,18 @@ import (
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/llmrate/llmrate/internal/reqdecode"
 )
 
-// The middleware reads a request body sent with a Content-Encoding through
-// the same decoders as a response (see reqdecode).
-func init() { reqdecode.Open = openPull }
-
-// openPull returns a reader of src decoded as contentEncoding says, read
-// by the caller (no goroutine), and the function that releases the
-// decoder: a zstd decoder goes back to the pool only when its stream was
-// read to its end.
-func openPull(contentEncoding string, src io.Reader) (r io.Reader, done func(), err error) {
+// Decode returns a reader of src decoded as contentEncoding (a
+// Content-Encoding header value: identity, gzip, x-gzip, deflate, br or
+// zstd) says, with the decoders and limits a Scanner uses, read by the
+// caller (no goroutine), and a function to call once done reading, which
+// releases the decoder (a zstd decoder goes back to the pool only when its
+// stream was read to its end). The reader returns io.EOF where the encoded
+// stream ends and a *DecodeError where it is corrupt or truncated. An
+// unsupported coding or a chain of codings is an error and no reader. The
+// middleware reads a request body sent with a Content-Encoding through it.
+func Decode(contentEncoding string, src io.Reader) (r io.Reader, done func(), err error) {
 	c, err := parseCoding(contentEncoding)
 	if err != nil {
 		return nil, nil, err
