@@ -697,6 +697,9 @@ func int64s(v any, n int) ([]int64, error) {
 // lost and it has an ID: it is sent again while WithTimeout allows; see
 // llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		return s.admitW(ctx, r) // window.go
+	}
 	if g := gauged(r.KeyLimits, r.WorkspaceLimits); g || r.MaxWait > 0 {
 		if g && r.ID == "" {
 			return llmrate.Decision{}, llmrate.ErrNoAdmissionID
@@ -807,6 +810,8 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 	}
 	var err error
 	switch {
+	case windowed(r.KeyLimits, r.WorkspaceLimits):
+		err = s.reconcileW(ctx, r, release) // window.go
 	case release:
 		err = s.reconcileGauged(ctx, r)
 	case s.leases != nil:
