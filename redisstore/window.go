@@ -214,8 +214,12 @@ func (s *Store) reconcileW(ctx context.Context, r llmrate.ReconcileRequest, rele
 	}
 	spec := make([]byte, 0, 24*len(bs))
 	for _, b := range bs {
+		d := r.WindowDelta(b.code, b.win)
+		if d == 0 {
+			continue // a requests meter (never reconciled), or nothing to charge: the bucket is left as it is
+		}
 		keys = append(keys, b.name)
-		spec = appendFloats(spec, float64(b.win.Figure(b.code)), float64(b.win.Per.Microseconds()), float64(r.WindowDelta(b.code, b.win)))
+		spec = appendFloats(spec, float64(b.win.Figure(b.code)), float64(b.win.Per.Microseconds()), float64(d))
 	}
 	if r.ID != "" {
 		keys = append(keys, idKey(w, 'r', r.ID))

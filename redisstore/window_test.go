@@ -153,6 +153,19 @@ func TestWindowRetryAfterCappedAtPer(t *testing.T) {
 	assert.Equal(t, time.Second, d.Window)
 	assert.Equal(t, time.Second, d.RetryAfter)
 	assert.Equal(t, []llmrate.WindowLevels{{}}, d.WorkspaceWindows)
+
+	// Rounded up to the microsecond: 999,999 tokens a second give one back
+	// every 1.000001 µs, so the wait is 2 µs.
+	odd := llmrate.Window{Per: time.Second, Tokens: 999_999}
+	r3 := llmrate.AdmitRequest{Key: "sk-odd", Workspace: "acme", KeyLimits: withWindows(roomy, odd), WorkspaceLimits: roomy, Tokens: 999_999}
+	d, err = s2.Admit(ctx, r3)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	r3.Tokens = 1
+	d, err = s2.Admit(ctx, r3)
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	assert.Equal(t, 2*time.Microsecond, d.RetryAfter)
 }
 
 // TestWindowInputOutputMeters: the input meter is debited the input
