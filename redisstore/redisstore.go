@@ -101,6 +101,38 @@
 // before gauges; with a key and a workspace gauge, 404,684 (+42%); an
 // admission with MaxWait that fits now, 158,228 against 142,729 without.
 //
+// # Windows
+//
+// Windows (llmrate.Limits Windows: a daily request quota, a provider's
+// separate input and output tokens per minute) are enforced in the same
+// round trip: an admission whose figures carry windows runs a script of
+// its own (admitw.lua) that checks the four per-minute buckets, every
+// window bucket and the gauges in one atomic step, all or nothing, in the
+// order llmrate.Store lists, with reservations (MaxWait) as above; its
+// reconcile (reconcilew.lua) applies each window bucket's charge
+// (llmrate.ReconcileRequest WindowDelta) with the per-minute charge and
+// the release of its slots in one call, at most once under its ID, and a
+// repeated admission gets its first decision, window levels included.
+// Every admission and reconcile without windows runs the script it ran
+// before, unchanged. Each window bucket is an entry of its own, next to
+// its scope's entry (same hash slot, keyed hashes only):
+//
+//	<key entry>:v<Per in ms><meter>        (meter: r, t, i or o)
+//	<workspace entry>:v<Per in ms><meter>  (a Solo request's only set)
+//
+// so a bucket is (scope, Model, meter, Per): a changed Per is another
+// entry. It holds its figure and refills the figure per Per in exact
+// integer arithmetic (a daily 10^12 included), and it expires once time
+// alone has refilled it, plus a second: never while it owes. A refused
+// admission's Decision.Window names the window, and its RetryAfter, exact
+// to the microsecond, is capped at 60 s, or at the window's Per when a
+// longer window is what it waits for. Such an admission is never batched
+// and bypasses the leases (WithLeases): it is decided in Redis against the
+// levels the lease scripts keep, as a gauged one is, and its reconcile
+// goes to Redis (a credit stops at the capacity less what is out on lease;
+// this process's leases are not returned by it). The local fallback
+// (WithFallbackLocal) decides it as the memory store does.
+//
 // # Faults
 //
 // Every admission and reconcile the limiter sends has an identity

@@ -467,3 +467,25 @@ func TestWindowWithLeases(t *testing.T) {
 	assert.Equal(t, 50, admitted)
 	assert.Equal(t, 0, s.Leased(), "no admission decided on a lease")
 }
+
+// TestWindowFallbackLocal: with Redis down, a windowed admission is
+// decided by the local fallback (its receipt says so) and its reconcile
+// goes there too, never to Redis.
+func TestWindowFallbackLocal(t *testing.T) {
+	s, _, srv := windowStore(t, redisstore.WithFallbackLocal(), redisstore.WithTimeout(200*time.Millisecond))
+	ctx := context.Background()
+	lim := withWindows(roomy, llmrate.Window{Per: 24 * time.Hour, Requests: 5})
+	r := llmrate.AdmitRequest{Key: "sk-fb", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 10, ID: llmrate.NewAdmissionID(), Now: time.Now()}
+	d, err := s.Admit(ctx, r)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Empty(t, d.Receipt, "decided in Redis")
+	srv.Stop()
+	r.ID = llmrate.NewAdmissionID()
+	d, err = s.Admit(ctx, r)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Equal(t, "local", d.Receipt, "decided by the fallback")
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: lim,
+		Estimate: 10, Actual: 5, ID: r.ID, Receipt: d.Receipt, Now: time.Now()}), "reconciled in the fallback while Redis is down")
+}
