@@ -10,7 +10,8 @@
 -- one entry per window bucket (ARGV[14] lists them); last (optional) the
 -- reconcile's identity record.
 -- ARGV[1..11]: as reconcile.lua; ARGV[12]: the admission's ID, ARGV[13]:
--- "1" to release its slots; ARGV[14]: the window buckets, one RSPEC each.
+-- "1" to release its slots; ARGV[14]: the window buckets, one RSPEC each;
+-- with leases, ARGV[15..20] (wlease.lua).
 -- Returns 1 when applied, 0 when already applied under its identity.
 local nw = #ARGV[14] / 24
 local base = 4

@@ -130,7 +130,8 @@
 // and bypasses the leases (WithLeases): it is decided in Redis against the
 // levels the lease scripts keep, as a gauged one is, and its reconcile
 // goes to Redis (a credit stops at the capacity less what is out on lease;
-// this process's leases are not returned by it). The local fallback
+// before a debit this process's leases on its entries go back in the same
+// call, as with any reconcile that debits Redis). The local fallback
 // (WithFallbackLocal) decides it as the memory store does.
 //
 // # Faults

@@ -20,7 +20,8 @@ import (
 // Such an admission bypasses batching and leases (with WithLeases it is
 // decided in Redis against the levels the lease scripts keep, as a gauged
 // one is), and its reconcile goes to Redis in one call that also applies
-// the per-minute charge and releases its slots.
+// the per-minute charge, releases its slots and, before a debit, returns
+// this process's leases on its entries (leasesBack).
 
 var (
 	//go:embed window.lua
@@ -225,8 +226,57 @@ func (s *Store) reconcileW(ctx context.Context, r llmrate.ReconcileRequest, rele
 		keys = append(keys, idKey(w, 'r', r.ID))
 	}
 	args := append(reconcileArgs(s.nowArg(), r), r.ID, soloArg(release), string(spec))
+	if s.leases != nil {
+		own, ret, done := s.leasesBack(k, w, r)
+		defer done()
+		args = append(args, own[0], ret[0], ret[1], ret[2], ret[3], own[1])
+	}
 	_, err := s.run(ctx, script, keys, args, r.ID != "")
 	return err
+}
+
+// leasesBack is what reconcileLeased does before a reconcile that debits
+// Redis, for a windowed reconcile (which always goes to Redis): this
+// process's leases on the entries are taken out, to go back in the same
+// call (own: the workspace's and the key's records, "" for none; ret:
+// their unused parts, key's then workspace's), and the group's epoch is
+// bumped as the call starts and ends, so that this process admits nothing
+// more on them (a renewal in flight meanwhile is not used) and its next
+// admission sees the debt in Redis. done ends that; a reconcile that
+// debits nothing returns nothing and bumps nothing.
+func (s *Store) leasesBack(k, w string, r llmrate.ReconcileRequest) (own [2]string, ret [4]int64, done func()) {
+	done = func() {}
+	dk, dw := r.BoundedActual(llmrate.KeyTokens)-r.Estimate, r.BoundedActual(llmrate.WorkspaceTokens)-r.Estimate
+	if r.Refund || dk <= 0 && dw <= 0 {
+		return own, ret, done
+	}
+	lz := s.leases
+	lz.mu.Lock()
+	g := lz.held[w]
+	lz.mu.Unlock()
+	if g == nil {
+		return own, ret, done
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.dead {
+		return own, ret, done
+	}
+	var wr, kr [2]int64
+	own[0], wr = g.ws.out()
+	ret[2], ret[3] = wr[0], wr[1]
+	if kl := g.keys[k]; !r.Solo && kl != nil {
+		own[1], kr = kl.out()
+		ret[0], ret[1] = kr[0], kr[1]
+	}
+	g.epoch++
+	g.reconciling++
+	return own, ret, func() {
+		g.mu.Lock()
+		g.epoch++
+		g.reconciling--
+		g.mu.Unlock()
+	}
 }
 
 // appendFloats appends vs as little-endian doubles (integers below 2^53:

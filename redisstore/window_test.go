@@ -489,3 +489,40 @@ func TestWindowFallbackLocal(t *testing.T) {
 	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: lim,
 		Estimate: 10, Actual: 5, ID: r.ID, Receipt: d.Receipt, Now: time.Now()}), "reconciled in the fallback while Redis is down")
 }
+
+// TestWindowReconcileDebtStopsLeases: with WithLeases, a windowed key's
+// reconcile that leaves the workspace in debt stops this process's
+// admissions on its workspace lease at once (the lease goes back in the
+// same call), as a plain reconcile's does: another key of the workspace,
+// admitting on that lease, is refused by Redis next.
+func TestWindowReconcileDebtStopsLeases(t *testing.T) {
+	s, _, _ := windowStore(t, redisstore.WithLeases(0.25))
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	ws := llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: 100_000}
+	plain := llmrate.AdmitRequest{Key: "sk-b", Workspace: "acme", KeyLimits: ws, WorkspaceLimits: ws, Tokens: 10}
+	for range 5 { // busy: the second call through Redis takes leases, the rest use them
+		plain.ID = llmrate.NewAdmissionID()
+		d, err := s.Admit(ctx, plain)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	leased := s.Leased()
+	require.Positive(t, leased, "sk-b admits on its leases")
+
+	kl := withWindows(ws, llmrate.Window{Per: 24 * time.Hour, Requests: 100})
+	r := llmrate.AdmitRequest{Key: "sk-a", Workspace: "acme", KeyLimits: kl, WorkspaceLimits: ws, Tokens: 10, ID: llmrate.NewAdmissionID()}
+	d, err := s.Admit(ctx, r)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	// Charged twice the workspace's capacity (bounded there): deep debt.
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: kl, WorkspaceLimits: ws,
+		Estimate: 10, Actual: 1 << 40, ID: r.ID}))
+
+	plain.ID = llmrate.NewAdmissionID()
+	d, err = s.Admit(ctx, plain)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the workspace is in debt: no admission on the lease it had")
+	assert.Equal(t, llmrate.WorkspaceTokens, d.Refused)
+	assert.Equal(t, leased, s.Leased(), "decided in Redis, not on the lease")
+}
