@@ -112,7 +112,8 @@
 // reconcile (reconcilew.lua) applies each window bucket's charge
 // (llmrate.ReconcileRequest WindowDelta) with the per-minute charge and
 // the release of its slots in one call, at most once under its ID, and a
-// repeated admission gets its first decision, window levels included.
+// repeated admission gets its first decision, window levels included (its
+// identity record, <workspace entry>:x:<ID>, holds them).
 // Every admission and reconcile without windows runs the script it ran
 // before, unchanged. Each window bucket is an entry of its own, next to
 // its scope's entry (same hash slot, keyed hashes only):
@@ -811,9 +812,9 @@ func (s *Store) admitLocal(ctx context.Context, r llmrate.AdmitRequest, err erro
 	return d, ferr
 }
 
-// idKey is the name of the identity record of an admission (kind 'a') or
-// a reconcile (kind 'r') with identity id, next to its workspace entry w
-// (same hash slot).
+// idKey is the name of the identity record of an admission (kind 'a'; 'x'
+// for a windowed one, window.go) or a reconcile (kind 'r') with identity
+// id, next to its workspace entry w (same hash slot).
 func idKey(w string, kind byte, id string) string {
 	return w + ":" + string(kind) + ":" + id
 }

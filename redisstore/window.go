@@ -128,7 +128,12 @@ func (s *Store) admitW(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Dec
 		spec = appendFloats(spec, float64(b.code), float64(b.meter), float64(b.win.Figure(b.code)), float64(b.win.Per.Microseconds()))
 	}
 	if r.ID != "" {
-		keys = append(keys, idKey(w, 'a', r.ID))
+		// A record of its own kind: its levels (5 + one per window bucket
+		// doubles) could have the length of admit.lua's replies, which
+		// that script returns as they are, so the plain path must never
+		// read one (an admission resent after its figures lost their
+		// windows is decided afresh).
+		keys = append(keys, idKey(w, 'x', r.ID))
 	}
 	args := []any{s.nowArg(), admitArg(r), admitIDLife.Milliseconds(), max(0, r.MaxWait.Microseconds()),
 		kc, wc, s.gauges.ttl.Milliseconds(), r.ID, max(0, r.InputTokens), string(spec)}

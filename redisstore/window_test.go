@@ -526,3 +526,32 @@ func TestWindowReconcileDebtStopsLeases(t *testing.T) {
 	assert.Equal(t, llmrate.WorkspaceTokens, d.Refused)
 	assert.Equal(t, leased, s.Leased(), "decided in Redis, not on the lease")
 }
+
+// TestWindowIdentityAcrossFigures: an admission resent under its ID after
+// its figures gained or lost windows is never answered from the other
+// script's record (whose levels could be misread): it is decided afresh.
+func TestWindowIdentityAcrossFigures(t *testing.T) {
+	s, _, _ := windowStore(t)
+	ctx := context.Background()
+	day := llmrate.Window{Per: 24 * time.Hour, Requests: 10}
+	windowed := llmrate.AdmitRequest{Key: "sk-x", Workspace: "acme", KeyLimits: withWindows(roomy, day), WorkspaceLimits: withWindows(roomy, day),
+		Tokens: 1, ID: llmrate.NewAdmissionID()} // two window buckets: a record of 7 doubles, as long as admit.lua's refusal
+	d, err := s.Admit(ctx, windowed)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	plain := windowed
+	plain.KeyLimits, plain.WorkspaceLimits = roomy, roomy
+	d, err = s.Admit(ctx, plain)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "decided afresh, not read as a refusal")
+	assert.Equal(t, [4]int64{2*roomy.RequestsPerMinute - 2, 2*roomy.TokensPerMinute - 2, 2*roomy.RequestsPerMinute - 2, 2*roomy.TokensPerMinute - 2}, d.Remaining)
+
+	plain.ID = llmrate.NewAdmissionID()
+	_, err = s.Admit(ctx, plain)
+	require.NoError(t, err)
+	windowed.ID = plain.ID
+	d, err = s.Admit(ctx, windowed)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 8}}, d.KeyWindows, "decided afresh: the window debited")
+}
