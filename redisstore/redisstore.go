@@ -101,6 +101,40 @@
 // before gauges; with a key and a workspace gauge, 404,684 (+42%); an
 // admission with MaxWait that fits now, 158,228 against 142,729 without.
 //
+// # Windows
+//
+// Windows (llmrate.Limits Windows: a daily request quota, a provider's
+// separate input and output tokens per minute) are enforced in the same
+// round trip: an admission whose figures carry windows runs a script of
+// its own (admitw.lua) that checks the four per-minute buckets, every
+// window bucket and the gauges in one atomic step, all or nothing, in the
+// order llmrate.Store lists, with reservations (MaxWait) as above; its
+// reconcile (reconcilew.lua) applies each window bucket's charge
+// (llmrate.ReconcileRequest WindowDelta) with the per-minute charge and
+// the release of its slots in one call, at most once under its ID, and a
+// repeated admission gets its first decision, window levels included (its
+// identity record, <workspace entry>:x:<ID>, holds them).
+// Every admission and reconcile without windows runs the script it ran
+// before, unchanged. Each window bucket is an entry of its own, next to
+// its scope's entry (same hash slot, keyed hashes only):
+//
+//	<key entry>:v<Per in ms><meter>        (meter: r, t, i or o)
+//	<workspace entry>:v<Per in ms><meter>  (a Solo request's only set)
+//
+// so a bucket is (scope, Model, meter, Per): a changed Per is another
+// entry. It holds its figure and refills the figure per Per in exact
+// integer arithmetic (a daily 10^12 included), and it expires once time
+// alone has refilled it, plus a second: never while it owes. A refused
+// admission's Decision.Window names the window, and its RetryAfter, exact
+// to the microsecond, is capped at 60 s, or at the window's Per when a
+// longer window is what it waits for. Such an admission is never batched
+// and bypasses the leases (WithLeases): it is decided in Redis against the
+// levels the lease scripts keep, as a gauged one is, and its reconcile
+// goes to Redis (a credit stops at the capacity less what is out on lease;
+// before a debit this process's leases on its entries go back in the same
+// call, as with any reconcile that debits Redis). The local fallback
+// (WithFallbackLocal) decides it as the memory store does.
+//
 // # Faults
 //
 // Every admission and reconcile the limiter sends has an identity
@@ -744,6 +778,9 @@ func int64s(v any, n int) ([]int64, error) {
 // lost and it has an ID: it is sent again while WithTimeout allows; see
 // llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		return s.admitW(ctx, r) // window.go
+	}
 	if g := gauged(r.KeyLimits, r.WorkspaceLimits); g || r.MaxWait > 0 {
 		if g && r.ID == "" {
 			return llmrate.Decision{}, llmrate.ErrNoAdmissionID
@@ -822,9 +859,9 @@ func (s *Store) admitLocal(ctx context.Context, r llmrate.AdmitRequest, err erro
 	return d, ferr
 }
 
-// idKey is the name of the identity record of an admission (kind 'a') or
-// a reconcile (kind 'r') with identity id, next to its workspace entry w
-// (same hash slot).
+// idKey is the name of the identity record of an admission (kind 'a'; 'x'
+// for a windowed one, window.go) or a reconcile (kind 'r') with identity
+// id, next to its workspace entry w (same hash slot).
 func idKey(w string, kind byte, id string) string {
 	return w + ":" + string(kind) + ":" + id
 }
@@ -854,6 +891,8 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 	}
 	var err error
 	switch {
+	case windowed(r.KeyLimits, r.WorkspaceLimits):
+		err = s.reconcileW(ctx, r, release) // window.go
 	case release:
 		err = s.reconcileGauged(ctx, r)
 	case s.leases != nil:

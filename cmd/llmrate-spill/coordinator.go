@@ -46,6 +46,7 @@ type config struct {
 	SpikeLong, SpikeShort      time.Duration
 	RestartAt, RestartDown     time.Duration // RestartAt 0: at 40% of Duration
 	RedisServer, WorkerPath    string
+	DayRequests                int64 // a daily window on the key (window.go); 0: none
 }
 
 // scenario is one set of faults.
@@ -112,6 +113,9 @@ func (c *config) validate() error {
 	}
 	if c.Estimate < 1 || c.MinActual < 0 || c.MinActual > c.Estimate {
 		errs = append(errs, errors.New("want 0 ≤ -min-actual ≤ -estimate, -estimate ≥ 1 (usage never above the estimate: the exact bound assumes no debt)"))
+	}
+	if err := c.validateDay(); err != nil {
+		errs = append(errs, err)
 	}
 	for _, s := range c.Scenarios {
 		if _, err := c.scenario(s); err != nil {
@@ -304,7 +308,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 	wc := workerConfig{HashKey: b.secret, Key: "sk-spill-" + sc.name + "-" + mode, Mode: mode, Share: cfg.Share, Batch: cfg.Batch,
 		Fallback: cfg.Fallback, RedisTimeout: cfg.RedisTimeout, StoreTimeout: cfg.StoreTimeout, RetryInterval: cfg.RetryInterval,
 		MaxRetries: cfg.MaxRetries, CtxTimeout: cfg.CtxTimeout, Clients: cfg.Clients, Duration: cfg.Duration, Think: cfg.Think,
-		RPM: cfg.RPM, TPM: cfg.TPM, Estimate: cfg.Estimate, MinActual: cfg.MinActual, Seed: cfg.Seed}
+		RPM: cfg.RPM, TPM: cfg.TPM, Estimate: cfg.Estimate, MinActual: cfg.MinActual, Seed: cfg.Seed, DayRequests: cfg.DayRequests}
 	if b.proxy != nil {
 		wc.Redis = b.proxy.Addr()
 	}
@@ -474,7 +478,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 		}
 		r.TokCharged = used
 	}
-	r.ReqBound = exactBound(cfg.RPM, r.Elapsed)
+	r.ReqBound = min(exactBound(cfg.RPM, r.Elapsed), dayBound(cfg.DayRequests, r.Elapsed))
 	r.TokBound = exactBound(cfg.TPM, r.Elapsed)
 	if r.Other > 0 {
 		return r, fmt.Errorf("%d responses neither 200 nor 429", r.Other)

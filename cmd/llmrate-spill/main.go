@@ -91,6 +91,7 @@ func coordinatorMain(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Reset, "reset", 0.01, "fraction of exchanges answered by a connection reset, half before Redis ran the command, half after (reset, flaky)")
 	fs.DurationVar(&cfg.RestartAt, "restart-at", 0, "when Redis is killed (restart; 0: at 40% of -duration)")
 	fs.DurationVar(&cfg.RestartDown, "restart-down", 500*time.Millisecond, "how long Redis stays down (restart)")
+	fs.Int64Var(&cfg.DayRequests, "day", 0, "requests per day of the key: a daily window beside the per-minute figures (0: none); requests exact is then the tighter bound")
 	fs.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary")
 	fs.BoolVar(&raw, "json", false, "also print each run's measurements as JSON")
 	if err := fs.Parse(args); err != nil {
@@ -182,6 +183,7 @@ func printHeader(out io.Writer, cfg config, args []string) {
 		cfg.Processes, cfg.Clients, cfg.Duration, cfg.RPM, 2*cfg.RPM, cfg.TPM, 2*cfg.TPM)
 	fmt.Fprintf(out, "each request estimated at %d tokens, reporting %d..%d; fallback %v; go-redis MaxRetries %d, ContextTimeoutEnabled %v\n",
 		cfg.Estimate, cfg.MinActual, cfg.Estimate, cfg.Fallback, cfg.MaxRetries, cfg.CtxTimeout)
+	printDay(out, cfg)
 	for _, name := range cfg.Scenarios {
 		sc, _ := cfg.scenario(name)
 		fmt.Fprintf(out, "  %-11s %s\n", sc.name, sc.about)

@@ -54,6 +54,7 @@ type workerConfig struct {
 	Estimate      int64 // tokens: each request's body is 4 × Estimate bytes
 	MinActual     int64 // each response reports usage in [MinActual, Estimate]
 	Seed          uint64
+	DayRequests   int64 // a daily window on the key (window.go); 0: none
 }
 
 // workerResult is what a worker reports, as one JSON line.
@@ -150,7 +151,7 @@ type worker struct {
 
 func newWorker(cfg workerConfig) (*worker, error) {
 	w := &worker{cfg: cfg, res: workerResult{ID: cfg.ID}}
-	figures := llmrate.Limits{RequestsPerMinute: cfg.RPM, TokensPerMinute: cfg.TPM}
+	figures := llmrate.Limits{RequestsPerMinute: cfg.RPM, TokensPerMinute: cfg.TPM, Windows: dayWindows(cfg.DayRequests)}
 	opts := []llmrate.Option{
 		llmrate.WithTiers(llmrate.TierTable{Free: figures, Developer: figures, Team: figures, Growth: figures, Scale: figures, Enterprise: figures}),
 		llmrate.WithObserver(&w.obs),
