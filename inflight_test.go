@@ -42,7 +42,9 @@ func (s *countingStore) Reconcile(ctx context.Context, req llmrate.ReconcileRequ
 	return s.inner.Reconcile(ctx, req)
 }
 
-func (s *countingStore) calls() (admits, reconciles int64) { return s.admits.Load(), s.reconciles.Load() }
+func (s *countingStore) calls() (admits, reconciles int64) {
+	return s.admits.Load(), s.reconciles.Load()
+}
 
 // sendWith sends one small request for key, with extra headers.
 func (h *harness) sendWith(key string, header map[string]string) *httptest.ResponseRecorder {
