@@ -106,12 +106,12 @@ type Observer struct {
 	// Attribute sets, made once per distinct value: every one is bounded
 	// by configuration (results, buckets, tiers, configured model
 	// entries, operations).
-	decisionSets sync.Map // decisionKey → metric.MeasurementOption
-	waitSets     sync.Map // waitKey → metric.MeasurementOption
-	opSets       sync.Map // string → metric.MeasurementOption
-	kindSets     [3]metric.MeasurementOption
-	input        metric.MeasurementOption
-	output       metric.MeasurementOption
+	decisionSets sync.Map              // decisionKey → []metric.AddOption
+	waitSets     sync.Map              // waitKey → []metric.RecordOption
+	opSets       sync.Map              // string → []metric.AddOption
+	kindSets     [3][]metric.AddOption // one option each: passed as is, no slice made per call
+	input        []metric.AddOption
+	output       []metric.AddOption
 }
 
 var _ llmrate.Observer = (*Observer)(nil)
@@ -163,10 +163,10 @@ func New(opts ...Option) (*Observer, error) {
 		return nil, err
 	}
 	for _, k := range []llmrate.ReconcileKind{llmrate.ReconcileUsage, llmrate.ReconcilePartial, llmrate.ReconcileEstimated} {
-		o.kindSets[k] = metric.WithAttributeSet(attribute.NewSet(attrKind.String(k.String())))
+		o.kindSets[k] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrKind.String(k.String())))}
 	}
-	o.input = metric.WithAttributeSet(attribute.NewSet(attrTokenType.String("input")))
-	o.output = metric.WithAttributeSet(attribute.NewSet(attrTokenType.String("output")))
+	o.input = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrTokenType.String("input")))}
+	o.output = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrTokenType.String("output")))}
 	return o, nil
 }
 
@@ -220,26 +220,36 @@ type waitKey struct {
 	model string
 }
 
-// cached returns the measurement option m holds for k, making it with mk
-// the first time.
-func cached[K comparable](m *sync.Map, k K, mk func() attribute.Set) metric.MeasurementOption {
+// addOptions returns the options m holds for k, made from mk's set the
+// first time: a slice made once, passed as is (a slice made per call would
+// be one allocation per measurement).
+func addOptions[K comparable](m *sync.Map, k K, mk func() attribute.Set) []metric.AddOption {
 	if v, ok := m.Load(k); ok {
-		return v.(metric.MeasurementOption)
+		return v.([]metric.AddOption)
 	}
-	v, _ := m.LoadOrStore(k, metric.WithAttributeSet(mk()))
-	return v.(metric.MeasurementOption)
+	v, _ := m.LoadOrStore(k, []metric.AddOption{metric.WithAttributeSet(mk())})
+	return v.([]metric.AddOption)
+}
+
+// recordOptions is addOptions for a histogram.
+func recordOptions[K comparable](m *sync.Map, k K, mk func() attribute.Set) []metric.RecordOption {
+	if v, ok := m.Load(k); ok {
+		return v.([]metric.RecordOption)
+	}
+	v, _ := m.LoadOrStore(k, []metric.RecordOption{metric.WithAttributeSet(mk())})
+	return v.([]metric.RecordOption)
 }
 
 // Decided implements llmrate.Observer.
 func (o *Observer) Decided(e llmrate.DecisionEvent) {
 	ctx := context.Background()
 	k := keyOf(e)
-	o.decisions.Add(ctx, 1, cached(&o.decisionSets, k, k.attributes))
+	o.decisions.Add(ctx, 1, addOptions(&o.decisionSets, k, k.attributes)...)
 	if e.Allowed && e.Wait > 0 {
 		wk := waitKey{tier: e.Tier, model: e.Model}
-		o.wait.Record(ctx, e.Wait.Seconds(), cached(&o.waitSets, wk, func() attribute.Set {
+		o.wait.Record(ctx, e.Wait.Seconds(), recordOptions(&o.waitSets, wk, func() attribute.Set {
 			return attribute.NewSet(attrTier.String(wk.tier.String()), attrModel.String(wk.model))
-		}))
+		})...)
 	}
 }
 
@@ -250,11 +260,11 @@ func (o *Observer) Reconciled(e llmrate.ReconcileEvent) {
 	if int(kind) >= len(o.kindSets) {
 		kind = llmrate.ReconcileEstimated // as ReconcileKind.String names it
 	}
-	o.reconciles.Add(ctx, 1, o.kindSets[kind])
+	o.reconciles.Add(ctx, 1, o.kindSets[kind]...)
 	in, out := e.Reported.InputTokens, e.Reported.OutputTokens
 	if kind != llmrate.ReconcileEstimated && in >= 0 && out >= 0 && in+out == e.Actual {
-		o.tokens.Add(ctx, in, o.input)
-		o.tokens.Add(ctx, out, o.output)
+		o.tokens.Add(ctx, in, o.input...)
+		o.tokens.Add(ctx, out, o.output...)
 	} else if e.Actual > 0 {
 		o.tokens.Add(ctx, e.Actual)
 	}
@@ -265,9 +275,9 @@ func (o *Observer) Reconciled(e llmrate.ReconcileEvent) {
 
 // FailedOpen implements llmrate.Observer.
 func (o *Observer) FailedOpen(e llmrate.FailOpenEvent) {
-	o.failOpens.Add(context.Background(), 1, cached(&o.opSets, e.Op, func() attribute.Set {
+	o.failOpens.Add(context.Background(), 1, addOptions(&o.opSets, e.Op, func() attribute.Set {
 		return attribute.NewSet(attrOperation.String(e.Op))
-	}))
+	})...)
 }
 
 // Evicted implements llmrate.Observer.

@@ -318,3 +318,29 @@ func attributeValues(m metricdata.Metrics) []string {
 	}
 	return out
 }
+
+// TestMeasurementsAllocs: once an attribute set has been seen, recording
+// an event allocates nothing (the observer runs on every request).
+func TestMeasurementsAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items: allocations are not the program's")
+	}
+	obs, _ := newObserver(t)
+	events := []func(){
+		func() { obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Team, Model: "gpt-4o*"}) },
+		func() { obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyTokens, Tier: llmrate.Free}) },
+		func() { obs.Decided(llmrate.DecisionEvent{Allowed: true, Wait: time.Second}) },
+		func() {
+			obs.Reconciled(llmrate.ReconcileEvent{Kind: llmrate.ReconcileUsage, Estimate: 10, Actual: 30, Reported: llmrate.Usage{InputTokens: 10, OutputTokens: 20}})
+		},
+		func() {
+			obs.Reconciled(llmrate.ReconcileEvent{Kind: llmrate.ReconcileEstimated, Estimate: 10, Actual: 12})
+		},
+		func() { obs.FailedOpen(llmrate.FailOpenEvent{Op: "admit"}) },
+		obs.Evicted,
+	}
+	for i, ev := range events {
+		ev()
+		assert.Zero(t, testing.AllocsPerRun(100, ev), "event %d", i)
+	}
+}
