@@ -13,6 +13,7 @@
 //	llmrate.decisions        counter, {decision}: every admission decision
 //	    llmrate.result   allowed | waited | refused | shadow_refused
 //	    llmrate.bucket   the refusing bucket or gauge (Bucket.String), on refusals only
+//	    llmrate.window   the refusing bucket's window in seconds (60 for the per-minute buckets), on refusals by a bucket only
 //	    llmrate.tier     the workspace's tier (Tier.String)
 //	    llmrate.model    the ModelLimits entry as configured (e.g. "gpt-4o*"), "" for the default buckets
 //	llmrate.wait.duration    histogram, s: the wait of each admission that waits (WithMaxWait)
@@ -194,10 +195,9 @@ func keyOf(e llmrate.DecisionEvent) decisionKey {
 	}
 	if !e.Allowed {
 		k.bucket = e.Refused.String()
-		// llmrate.window: the refusing bucket's window in seconds, once
-		// DecisionEvent carries it (0 for a gauge: no attribute). This one
-		// line is all it takes; attributes() already records it.
-		// k.window = int64(e.Window.Seconds())
+		// llmrate.window: the refusing bucket's window in seconds (0 for
+		// a gauge: no attribute).
+		k.window = int64(e.Window.Seconds())
 	}
 	return k
 }

@@ -103,10 +103,12 @@ func TestInstrumentsFromEvents(t *testing.T) {
 	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: free, Wait: 1500 * time.Millisecond})
 	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: free, Wait: 250 * time.Millisecond})
 	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: team, Model: "gpt-4o*", Wait: 4 * time.Second})
-	obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyTokens, Tier: free, RetryAfter: 3 * time.Second})
-	obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyTokens, Tier: free, RetryAfter: 9 * time.Second})
+	obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyTokens, Window: time.Minute, Tier: free, RetryAfter: 3 * time.Second})
+	obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyTokens, Window: time.Minute, Tier: free, RetryAfter: 9 * time.Second})
 	obs.Decided(llmrate.DecisionEvent{Refused: llmrate.WorkspaceConcurrent, Tier: team, Model: "gpt-4o*"})
-	obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyRequests, Tier: free, Shadow: true})
+	// A window of a day (Limits.Windows) refused it.
+	obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyTokens, Window: 24 * time.Hour, Tier: free})
+	obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyRequests, Window: time.Minute, Tier: free, Shadow: true})
 	// In shadow mode every decision is marked Shadow: an admitted one is
 	// still "allowed".
 	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: free, Shadow: true})
@@ -132,13 +134,14 @@ func TestInstrumentsFromEvents(t *testing.T) {
 	assert.Equal(t, "github.com/llmrate/llmrate/otelrate", rm.ScopeMetrics[0].Scope.Name)
 
 	assert.Equal(t, map[string]int64{
-		"llmrate.model=,llmrate.result=allowed,llmrate.tier=free":                                            4,
-		"llmrate.model=gpt-4o*,llmrate.result=allowed,llmrate.tier=team":                                     1,
-		"llmrate.model=,llmrate.result=waited,llmrate.tier=free":                                             2,
-		"llmrate.model=gpt-4o*,llmrate.result=waited,llmrate.tier=team":                                      1,
-		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.result=refused,llmrate.tier=free":                  2,
-		"llmrate.bucket=workspace_concurrent,llmrate.model=gpt-4o*,llmrate.result=refused,llmrate.tier=team": 1,
-		"llmrate.bucket=key_requests,llmrate.model=,llmrate.result=shadow_refused,llmrate.tier=free":         1,
+		"llmrate.model=,llmrate.result=allowed,llmrate.tier=free":                                                      4,
+		"llmrate.model=gpt-4o*,llmrate.result=allowed,llmrate.tier=team":                                               1,
+		"llmrate.model=,llmrate.result=waited,llmrate.tier=free":                                                       2,
+		"llmrate.model=gpt-4o*,llmrate.result=waited,llmrate.tier=team":                                                1,
+		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window=60":          2,
+		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window=86400":       1,
+		"llmrate.bucket=workspace_concurrent,llmrate.model=gpt-4o*,llmrate.result=refused,llmrate.tier=team":           1,
+		"llmrate.bucket=key_requests,llmrate.model=,llmrate.result=shadow_refused,llmrate.tier=free,llmrate.window=60": 1,
 	}, counts(t, rm, "llmrate.decisions"))
 	assert.Equal(t, map[string]hist{
 		"llmrate.model=,llmrate.tier=free":        {Count: 2, Sum: 1.75},
@@ -271,10 +274,10 @@ func TestThroughALimiter(t *testing.T) {
 	// The workspace is its own: the workspace's requests bucket (4) is
 	// spent by the first key; the model entry's buckets are the entry's own.
 	assert.Equal(t, map[string]int64{
-		"llmrate.model=,llmrate.result=allowed,llmrate.tier=free":                                    4,
-		"llmrate.bucket=key_requests,llmrate.model=,llmrate.result=refused,llmrate.tier=free":        1,
-		"llmrate.model=gpt-4o*,llmrate.result=allowed,llmrate.tier=free":                             2,
-		"llmrate.bucket=key_requests,llmrate.model=gpt-4o*,llmrate.result=refused,llmrate.tier=free": 1,
+		"llmrate.model=,llmrate.result=allowed,llmrate.tier=free":                                                      4,
+		"llmrate.bucket=key_requests,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window=60":        1,
+		"llmrate.model=gpt-4o*,llmrate.result=allowed,llmrate.tier=free":                                               2,
+		"llmrate.bucket=key_requests,llmrate.model=gpt-4o*,llmrate.result=refused,llmrate.tier=free,llmrate.window=60": 1,
 	}, counts(t, rm, "llmrate.decisions"))
 	// 6 admitted, each a 40-byte body (estimate 10) charged 10 + 20.
 	assert.Equal(t, map[string]int64{"llmrate.reconcile.kind=usage": 6}, counts(t, rm, "llmrate.reconciles"))
