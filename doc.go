@@ -57,6 +57,11 @@
 // WithMaxWait holds a request that would fit its buckets within a bounded
 // time instead of refusing it: it is debited at once (a reservation) and
 // forwarded after exactly its wait, in the order the store decided.
+// WithMaxInFlight caps this process's requests inside the next handler at
+// once: past it a request is shed before any store call (nothing debited)
+// with a 503 overloaded answer (Anthropic's 529 overloaded_error when it
+// carries anthropic-version), which the providers' SDKs retry; Shed
+// counts them.
 //
 // # Limits as providers publish them
 //

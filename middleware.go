@@ -29,6 +29,8 @@ type Limiter struct {
 	solo      bool // each key is its own workspace, with equal figures
 
 	shadowRefusals atomic.Int64
+	shed           atomic.Int64 // WithMaxInFlight: requests shed (in shadow mode: would have been)
+	inFlight       atomic.Int64 // WithMaxInFlight: slots taken
 	undecoded      atomic.Int64
 	usageShown     atomic.Int64 // WithStreamUsage: usage chunks an encoded stream showed the client
 	waiting        atomic.Int64 // requests holding a place among the waiters (wait.go)
@@ -146,6 +148,17 @@ type admission struct {
 }
 
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if n := l.cfg.maxInFlight; n > 0 {
+		if !l.takeSlot(int64(n)) {
+			if l.shedRequest(w, r) {
+				next.ServeHTTP(w, r) // shadow mode: passes, undecided
+			}
+			return
+		}
+		// Given back when next returns, panics included (a hijacked
+		// connection's handler returns too).
+		defer l.inFlight.Add(-1)
+	}
 	var a admission
 	status, code, msg, fault := l.identify(r, &a)
 	if fault == nil && status == 0 {

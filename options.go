@@ -52,6 +52,7 @@ type config struct {
 	calibrate bool
 
 	maxWait           time.Duration
+	maxInFlight       int
 	maxWaiters        int
 	maxStoreCalls     int
 	reconcileQueue    int

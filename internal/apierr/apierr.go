@@ -28,6 +28,23 @@ func Body(typ, code, msg string) []byte {
 	return b
 }
 
+type anthropicEnvelope struct {
+	Type  string        `json:"type"`
+	Error anthropicBody `json:"error"`
+}
+
+type anthropicBody struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// AnthropicBody returns Anthropic's error shape,
+// {"type":"error","error":{"type":typ,"message":msg}}.
+func AnthropicBody(typ, msg string) []byte {
+	b, _ := json.Marshal(anthropicEnvelope{Type: "error", Error: anthropicBody{Type: typ, Message: msg}})
+	return b
+}
+
 // NewRequestID returns a fresh request id: "req_" and 32 hex digits.
 func NewRequestID() string {
 	return fmt.Sprintf("req_%016x%016x", rand.Uint64(), rand.Uint64())
