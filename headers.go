@@ -148,7 +148,7 @@ func windowItems(a *admission) []windowItem {
 			levels = a.d.WorkspaceWindows
 		}
 		for i, w := range l.Windows {
-			for m, b := range WindowMeters[scope] {
+			for m, b := range WindowMeters()[scope] {
 				q := w.Figure(b)
 				if q == 0 {
 					continue

@@ -118,7 +118,7 @@ func (ws *winSet) advance(now int64, windows []Window) {
 		in := false
 		for _, w := range windows {
 			if int64(w.Per) == wb.per {
-				if f := w.Figure(WindowMeters[0][wb.meter]); f > 0 {
+				if f := w.Figure(WindowMeters()[0][wb.meter]); f > 0 {
 					wb.fig, in = f, true
 				}
 				break
@@ -238,14 +238,14 @@ func windowStages(st []winStage, ws *winSet, windows []Window, scope int, tokens
 	// Create the missing buckets first: the stages point into ws.b, which
 	// creating may move.
 	for _, w := range windows {
-		for m, b := range WindowMeters[scope] {
+		for m, b := range WindowMeters()[scope] {
 			if f := w.Figure(b); f > 0 {
 				ws.find(uint8(m), int64(w.Per), f)
 			}
 		}
 	}
 	for i, w := range windows {
-		for m, b := range WindowMeters[scope] {
+		for m, b := range WindowMeters()[scope] {
 			f := w.Figure(b)
 			if f == 0 {
 				continue
@@ -458,7 +458,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 // key, 1: workspace).
 func reconcileWindows(ws *winSet, r ReconcileRequest, windows []Window, scope int) {
 	for _, w := range windows {
-		for m, b := range WindowMeters[scope] {
+		for m, b := range WindowMeters()[scope] {
 			f := w.Figure(b)
 			if f == 0 {
 				continue

@@ -206,9 +206,10 @@ func windowNeverFitsMessage(a *admission, docs string) (string, bool) {
 	if a.est > 2*a.kl.TokensPerMinute || a.est > 2*a.wl.TokensPerMinute {
 		return "", false
 	}
+	meters := WindowMeters()
 	for scope, l := range [2]Limits{a.kl, a.wl} {
 		for _, w := range l.Windows {
-			for _, b := range WindowMeters[scope][1:3] {
+			for _, b := range meters[scope][1:3] {
 				n := a.est
 				if b == KeyInputTokens || b == WorkspaceInputTokens {
 					n = a.input

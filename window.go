@@ -26,11 +26,14 @@ func (w Window) Figure(b Bucket) int64 {
 }
 
 // WindowMeters lists, for each scope, a window's meters in the order they
-// are checked (requests, tokens, input, output): WindowMeters[0] the key's,
-// WindowMeters[1] the workspace's.
-var WindowMeters = [2][4]Bucket{
-	{KeyRequests, KeyTokens, KeyInputTokens, KeyOutputTokens},
-	{WorkspaceRequests, WorkspaceTokens, WorkspaceInputTokens, WorkspaceOutputTokens},
+// are checked (requests, tokens, input, output): WindowMeters()[0] the
+// key's, WindowMeters()[1] the workspace's. (A function, so that no caller
+// can change the order the stores rely on.)
+func WindowMeters() [2][4]Bucket {
+	return [2][4]Bucket{
+		{KeyRequests, KeyTokens, KeyInputTokens, KeyOutputTokens},
+		{WorkspaceRequests, WorkspaceTokens, WorkspaceInputTokens, WorkspaceOutputTokens},
+	}
 }
 
 // WindowLevels is one window's whole-unit levels after a decision, one per

@@ -106,7 +106,7 @@ func TestWindowBucketNames(t *testing.T) {
 	w := llmrate.Window{Per: time.Hour, Requests: 1, Tokens: 2, InputTokens: 3, OutputTokens: 4}
 	for scope := range 2 {
 		var got [4]int64
-		for i, b := range llmrate.WindowMeters[scope] {
+		for i, b := range llmrate.WindowMeters()[scope] {
 			got[i] = w.Figure(b)
 		}
 		assert.Equal(t, [4]int64{1, 2, 3, 4}, got)

@@ -51,7 +51,7 @@ func windowed(kl, wl llmrate.Limits) bool {
 type wbucket struct {
 	name  string         // its entry
 	code  llmrate.Bucket // the Bucket that names it in a refusal
-	meter int            // its index in llmrate.WindowMeters[scope]: requests, tokens, input, output
+	meter int            // its index in llmrate.WindowMeters()[scope]: requests, tokens, input, output
 	win   llmrate.Window
 	scope int // 0: one of KeyLimits.Windows, 1: one of WorkspaceLimits.Windows
 	index int // its window's index there
@@ -81,7 +81,7 @@ func windowBuckets(k, w string, kl, wl llmrate.Limits, solo bool) []wbucket {
 	var out []wbucket
 	add := func(entry string, ws []llmrate.Window, scope, named int) {
 		for i, win := range ws {
-			for m, b := range llmrate.WindowMeters[named] {
+			for m, b := range llmrate.WindowMeters()[named] {
 				if win.Figure(b) == 0 {
 					continue
 				}
