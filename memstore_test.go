@@ -269,3 +269,21 @@ func TestMemoryStoreRefund(t *testing.T) {
 	assert.Equal(t, [4]int64{100, 9800, 100, 9800}, s.Levels("solo", "solo", wl, wl, now),
 		"a Solo key's one set of buckets gets one request and 500 back, once")
 }
+
+// BenchmarkAdmitDailyWindowHotKey: BenchmarkAdmitHotKey's admission with
+// one daily window (requests and tokens) on the key and on the workspace:
+// the windowed path's cost beside the default one.
+func BenchmarkAdmitDailyWindowHotKey(b *testing.B) {
+	s := llmrate.NewMemoryStore()
+	req := benchAdmitReq("sk-hot")
+	day := []llmrate.Window{{Per: 24 * time.Hour, Requests: llmrate.MaxPerMinute, Tokens: llmrate.MaxPerMinute}}
+	req.KeyLimits.Windows, req.WorkspaceLimits.Windows = day, day
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := range b.N {
+		req.Now = time.Unix(0, int64(i))
+		if d, _ := s.Admit(ctx, req); !d.Allowed {
+			b.Fatal("refused")
+		}
+	}
+}

@@ -676,6 +676,32 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 }
 
+// BenchmarkMiddlewareDailyWindow: BenchmarkMiddleware with one daily
+// window (requests and tokens) on every tier: the windowed admission and
+// its reconcile.
+func BenchmarkMiddlewareDailyWindow(b *testing.B) {
+	huge := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute,
+		Windows: []llmrate.Window{{Per: 24 * time.Hour, Requests: llmrate.MaxPerMinute, Tokens: llmrate.MaxPerMinute}}}
+	tt := llmrate.TierTable{Free: huge, Developer: huge, Team: huge, Growth: huge, Scale: huge, Enterprise: huge}
+	l, err := llmrate.New(llmrate.WithTiers(tt))
+	if err != nil {
+		b.Fatal(err)
+	}
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = []string{"application/json"}
+		_, _ = w.Write(oneKBResponse)
+	})
+	h := l.Middleware(next)
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	r.Header.Set("Authorization", "Bearer sk-bench")
+	r.ContentLength = 400
+	w := &reusableWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for range b.N {
+		h.ServeHTTP(w, r)
+	}
+}
+
 // BenchmarkBareHandler: the same handler without the middleware.
 func BenchmarkBareHandler(b *testing.B) {
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
