@@ -146,3 +146,32 @@ func TestUndecodableRequestEncoding(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "gemini-2.5-flash", m)
 }
+
+// TestCompressedRequestBrotliLargeWindowBounded: the client chooses the
+// brotli window of its request body. A bomb encoded with the largest
+// standard window (lgwin 24, 16 MiB) must cost no more than the bound
+// TestCompressedRequestBomb holds the other codings to (12 MiB: the
+// decoded MiB, the encoded bytes, a decoder of at most an 8 MiB window as
+// docs/known-limits.md states); a few KiB of request must not make the
+// limiter allocate 16 MiB and more.
+func TestCompressedRequestBrotliLargeWindowBounded(t *testing.T) {
+	prefix := `{"model":"gpt-4o","messages":[{"role":"user","content":"`
+	zeros := bytes.Repeat([]byte("0"), 1<<20)
+	enc := encode(t, func(w io.Writer) io.WriteCloser {
+		return brotli.NewWriterOptions(w, brotli.WriterOptions{Quality: 5, LGWin: 24})
+	}, func(w io.Writer) {
+		_, _ = io.WriteString(w, prefix)
+		for range 64 {
+			_, _ = w.Write(zeros)
+		}
+		_, _ = io.WriteString(w, `"}]}`)
+	})
+	r := encodedRequest(enc, "br", false)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := llmrate.ModelFromBody()(r)
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	assert.Less(t, alloc, uint64(12<<20), "a %d-byte br request (lgwin 24) allocated %d KiB", len(enc), alloc>>10)
+}

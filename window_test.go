@@ -261,3 +261,24 @@ func TestWindowHeaders(t *testing.T) {
 	assert.Equal(t, "20", w.Header().Get(llmrate.HeaderLimitRequests))
 	assert.Equal(t, "1900", w.Header().Get(llmrate.HeaderRemainingTokens))
 }
+
+// RateLimit-Policy's w and RateLimit's t are Integers in
+// draft-ietf-httpapi-ratelimit-headers (structured fields: a Decimal such
+// as 1.5 is not an Integer), so a window that is not whole seconds (valid:
+// Per is whole milliseconds) must still produce whole-second parameters.
+func TestWindowHeadersWholeSecondParameters(t *testing.T) {
+	t.Parallel()
+	lim := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1000,
+		Windows: []llmrate.Window{{Per: 1500 * time.Millisecond, Requests: 5}}}
+	h := newHarness(t, okHandler, llmrate.WithTiers(uniform(lim)), llmrate.WithRateLimitHeaders(llmrate.HeadersIETF))
+	w := h.send("sk-h", 4)
+	require.Equal(t, http.StatusOK, w.Code)
+	policy := w.Header().Get(llmrate.HeaderRateLimitPolicy)
+	for _, item := range strings.Split(policy, ", ") {
+		for _, p := range strings.Split(item, ";")[1:] {
+			if v, ok := strings.CutPrefix(p, "w="); ok {
+				assert.NotContains(t, v, ".", "w must be an Integer: %s", policy)
+			}
+		}
+	}
+}

@@ -2,6 +2,7 @@ package upstream_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,4 +63,21 @@ func TestKeyWindowsValidated(t *testing.T) {
 	var ce *llmrate.ConfigError
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, err.Error(), "every figure is 0")
+}
+
+// With upstream.WithEstimator(llmrate.EstimateFromBody()), a key's input
+// meter is debited the prompt part of the estimate alone (DESIGN §18: "with
+// EstimateFromBody its prompt part alone (without the max_tokens
+// allowance)"): Anthropic does not count max_tokens toward its input limit.
+// A small prompt with max_tokens above the key's input figure fits that key.
+func TestKeyInputMeterExcludesMaxTokensWithBodyEstimate(t *testing.T) {
+	t.Parallel()
+	a := bearerKey("anthropic", "sk-a", 50, 1_000_000)
+	a.Limits.Windows = []llmrate.Window{{Per: time.Minute, InputTokens: 30_000, OutputTokens: 8_000}}
+	r := newRig(t, []upstream.Key{a}, upstream.WithEstimator(llmrate.EstimateFromBody()))
+	// 40 bytes of prompt text (10 tokens) and a 32,000-token output allowance.
+	body := `{"model":"claude","max_tokens":32000,"messages":[{"role":"user","content":"` + strings.Repeat("x", 40) + `"}]}`
+	resp, _ := r.post(t, body)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "a 10-token prompt fits a 30,000 input-tokens-per-minute key")
+	assert.Equal(t, []string{"anthropic:admitted"}, r.rec.outcomes())
 }
