@@ -22,7 +22,7 @@ func TestRedisSharesKeyLimits(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := newClock()
 	p := newProvider(t)
-	keys := []upstream.Key{bearerKey("a", "sk-a", 1, 600), bearerKey("b", "sk-b", 100, 100_000)}
+	keys := []upstream.Key{bearerKey("a", "sk-a", 2, 1200), bearerKey("b", "sk-b", 100, 100_000)}
 	var procs [2]*rig
 	for i := range procs {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
@@ -35,7 +35,7 @@ func TestRedisSharesKeyLimits(t *testing.T) {
 		require.NoError(t, err)
 		procs[i] = &rig{p: p, clk: clk, rec: rec, tr: tr, keys: keys}
 	}
-	// a's requests: a burst of 2, shared.
+	// a's requests: 2 RPM, a key holding 1× its figures: 2, shared.
 	procs[0].post(t, chat("m", 400))
 	procs[1].post(t, chat("m", 400))
 	procs[0].post(t, chat("m", 400))
@@ -43,9 +43,9 @@ func TestRedisSharesKeyLimits(t *testing.T) {
 	assert.Equal(t, []string{"a:admitted"}, procs[1].rec.outcomes())
 	assert.Equal(t, []string{"sk-a", "sk-a", "sk-b"}, p.creds())
 
-	// a's tokens: 600 TPM, capacity 1,200, 10 tokens/s. Two minutes on, a
-	// is full again; one answer charging 1,150 (an Anthropic stream) leaves
-	// 50, which the other process sees.
+	// a's tokens: 1,200 TPM, capacity 1,200 (1×), 20 tokens/s. Two minutes
+	// on, a is full again; one answer charging 1,150 (an Anthropic stream)
+	// leaves 50, which the other process sees.
 	clk.Add(2 * time.Minute)
 	p.on("sk-a", sse(anthropicStream(1000, 150, "a long answer"), false))
 	resp, body := procs[0].post(t, chat("claude", 400))
@@ -55,11 +55,11 @@ func TestRedisSharesKeyLimits(t *testing.T) {
 	ev := procs[0].rec.reconciled()
 	require.Len(t, ev, 3) // a, b, a
 	assert.Equal(t, int64(1150), ev[2].Actual)
-	clk.Add(time.Second) // a: 60 tokens; 1 request left
+	clk.Add(time.Second) // a: 70 tokens; 1 request left
 	p.on("sk-a", nil)
-	procs[1].post(t, chat("m", 4*61)) // 61 > 60: b
+	procs[1].post(t, chat("m", 4*71)) // 71 > 70: b
 	assert.Equal(t, []string{"a:skipped_own_limit", "b:admitted"}, procs[1].rec.outcomes())
-	procs[1].post(t, chat("m", 4*60)) // fits exactly
+	procs[1].post(t, chat("m", 4*70)) // fits exactly
 	assert.Equal(t, []string{"a:admitted"}, procs[1].rec.outcomes())
 }
 
@@ -75,7 +75,7 @@ func TestRedisFailoverAndSynthesized429(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	p := newProvider(t)
 	rec := &recorder{}
-	keys := []upstream.Key{bearerKey("a", "sk-a", 100, 100_000), bearerKey("b", "sk-b", 100, 600)}
+	keys := []upstream.Key{bearerKey("a", "sk-a", 100, 100_000), bearerKey("b", "sk-b", 100, 1200)}
 	tr, err := upstream.New(keys, upstream.WithStore(s), upstream.WithClock(clk.Now), upstream.WithObserver(rec), upstream.WithStoreTimeout(time.Second))
 	require.NoError(t, err)
 	r := &rig{p: p, clk: clk, rec: rec, tr: tr, keys: keys}
@@ -84,10 +84,11 @@ func TestRedisFailoverAndSynthesized429(t *testing.T) {
 	resp, _ := r.post(t, chat("m", 400))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, []string{"a:provider_429", "b:admitted"}, rec.outcomes())
-	// a skipped for 40 s; b needs (200 - 50) / 10 = 15 s.
+	// a skipped for 40 s; b (1,200 TPM held at 1×: 20 tokens/s) needs
+	// (200 - 50) / 20 = 7.5 s, rounded up.
 	resp, _ = r.post(t, chat("m", 800))
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
-	assert.Equal(t, "15", resp.Header.Get("Retry-After"))
+	assert.Equal(t, "8", resp.Header.Get("Retry-After"))
 	assert.Equal(t, []string{"a:skipped_provider", "b:skipped_own_limit"}, rec.outcomes())
 }
 
