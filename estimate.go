@@ -67,6 +67,20 @@ func estimateFromBody(r *http.Request) int64 {
 // inputFromBody is EstimateFromBody's prompt part alone, ⌈T / 4⌉ (the
 // input estimate of the windows' InputTokens meters): a body it cannot
 // read is estimated as EstimateTokens estimates it.
+// InputEstimator returns the input estimate that goes with estimator, for
+// the input tokens meters of Limits.Windows (AdmitRequest.InputTokens): for
+// EstimateFromBody(), the prompt part of its estimate alone, without the
+// output allowance the request names (max_tokens and the like), which a
+// provider does not count toward its input limit; for any other estimator
+// (nil included), estimator itself. The middleware debits its input meters
+// so; upstream.Transport holds its keys' input meters the same way.
+func InputEstimator(estimator func(*http.Request) int64) func(*http.Request) int64 {
+	if sameFunc(estimator, estimateFromBody) {
+		return inputFromBody
+	}
+	return estimator
+}
+
 func inputFromBody(r *http.Request) int64 {
 	rb := readAheadBody(r)
 	if rb == nil || !rb.whole() {

@@ -16,6 +16,7 @@ type reservation struct {
 	id      string
 	receipt string
 	est     int64
+	input   int64 // what admission debited the input meters
 	// in and out are the charges of the key's input and output meters
 	// (windows): the reported input less cache reads (else the estimate)
 	// and the reported output (or the generated text's bytes ÷ 4); set by
@@ -28,7 +29,7 @@ type reservation struct {
 // read to its end.
 func (res *reservation) settle(r usage.Result, cut bool) {
 	cut = cut || r.Cut()
-	res.in, res.out = res.est, 0
+	res.in, res.out = res.input, 0
 	if r.Complete(cut) {
 		res.in, res.out = r.Usage.InputTokens-r.Usage.CachedInputTokens, r.Usage.OutputTokens
 	} else {
@@ -77,6 +78,6 @@ func (res *reservation) apply(actual int64, refund bool, ev ReconcileEvent) {
 		Key: k.ws, Workspace: k.ws, KeyLimits: k.lim, WorkspaceLimits: k.lim,
 		Estimate: res.est, Actual: actual, Solo: true, Now: t.clock(),
 		ID: res.id, Receipt: res.receipt, Refund: refund,
-		InputEstimate: res.est, InputActual: max(0, res.in), OutputActual: max(0, res.out),
+		InputEstimate: res.input, InputActual: max(0, res.in), OutputActual: max(0, res.out),
 	}})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -93,6 +94,7 @@ type Transport struct {
 	clock            func() time.Time
 	maxAttempts      int
 	estimator        func(*http.Request) int64
+	inputEstimator   func(*http.Request) int64 // nil: the input estimate is the estimate
 	defaultEstimator bool
 	log              *zap.Logger
 	observer         Observer
@@ -136,6 +138,8 @@ func New(keys []Key, opts ...Option) (*Transport, error) {
 	}
 	if t.defaultEstimator {
 		t.estimator = llmrate.EstimateTokens
+	} else if in := llmrate.InputEstimator(cfg.estimator); reflect.ValueOf(in).Pointer() != reflect.ValueOf(cfg.estimator).Pointer() {
+		t.inputEstimator = in // EstimateFromBody: the input meters get the prompt part alone
 	}
 	t.retry = t.newRetrier(ReconcileRetryFor, reconcileRetryFirst, maxRetrying)
 	_, t.memory = cfg.store.(*llmrate.MemoryStore)
@@ -204,6 +208,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	r.est = r.estimate()
+	r.input = r.inputEstimate()
 	for i := range t.keys {
 		if r.attempts == t.maxAttempts || r.attempts > 0 && !r.body.replayable() {
 			break
@@ -226,6 +231,7 @@ type round struct {
 	req      *http.Request
 	body     reqBody
 	est      int64
+	input    int64 // the input meters' estimate (windows): the prompt part with EstimateFromBody, else est
 	model    string
 	modelSet bool
 	attempts int
@@ -320,7 +326,7 @@ func (r *round) admit(k *key, now time.Time) (*reservation, llmrate.Decision, er
 	d, err := callStore(t, r.req.Context(), "admit", func(ctx context.Context) (llmrate.Decision, error) {
 		return t.store.Admit(ctx, llmrate.AdmitRequest{
 			Key: k.ws, Workspace: k.ws, KeyLimits: k.lim, WorkspaceLimits: k.lim,
-			Tokens: r.est, InputTokens: r.est, Solo: true, Now: now, ID: id,
+			Tokens: r.est, InputTokens: r.input, Solo: true, Now: now, ID: id,
 		})
 	})
 	if err != nil {
@@ -330,7 +336,7 @@ func (r *round) admit(k *key, now time.Time) (*reservation, llmrate.Decision, er
 	if !d.Allowed {
 		return nil, d, nil
 	}
-	return &reservation{t: t, k: k, ctx: r.req.Context(), id: id, receipt: d.Receipt, est: r.est, in: r.est}, d, nil
+	return &reservation{t: t, k: k, ctx: r.req.Context(), id: id, receipt: d.Receipt, est: r.est, input: r.input, in: r.input}, d, nil
 }
 
 // send sends one attempt on k. An error before the provider saw the request
@@ -399,6 +405,24 @@ func (r *round) estimate() (est int64) {
 		}
 	}()
 	return max(1, t.estimator(r.probe()))
+}
+
+// inputEstimate returns the estimate the key's input tokens meters
+// (Limits.Windows) are debited: with llmrate.EstimateFromBody as the
+// estimator, the prompt part of its estimate alone (llmrate.InputEstimator),
+// else the estimate. A panic falls back to the estimate, counted.
+func (r *round) inputEstimate() (in int64) {
+	t := r.t
+	if t.inputEstimator == nil {
+		return r.est
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			t.fault("estimate", "", &llmrate.PanicError{Where: "input estimator", Value: p})
+			in = r.est
+		}
+	}()
+	return max(0, t.inputEstimator(r.probe()))
 }
 
 // modelName returns the model the request names (its top-level JSON
