@@ -1,6 +1,7 @@
 package llmrate
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -20,7 +21,8 @@ import (
 // chunked body that large is (no model; the estimate is EstimateTokens').
 // A coding that cannot be decoded (another coding, a chain such as
 // "gzip, br", a corrupt or truncated stream, encoded bytes past
-// MaxModelBody before the decoded ones reach it) takes the fallback of a
+// MaxModelBody before the decoded ones reach it, a brotli window over
+// 4 MiB) takes the fallback of a
 // body that is not JSON: ModelFromBody reads the path, EstimateFromBody
 // estimates as EstimateTokens does.
 
@@ -75,11 +77,56 @@ func (t *rawTap) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// maxRequestBrotliWindowBits bounds the window a brotli request body may
+// ask its decoder for: 2^22 bytes (4 MiB, the window of brotli's default
+// quality 11 encoders). A larger one (up to 2^24) is not decoded.
+const maxRequestBrotliWindowBits = 22
+
+// errBrotliWindow stops a brotli request body whose window is larger.
+var errBrotliWindow = errors.New("llmrate: brotli request body with a window over 4 MiB not decoded")
+
+// brotliWindowBits returns the window size (WBITS) a brotli stream's
+// first byte names (RFC 7932 §9.1); 0 for the reserved large-window mark.
+func brotliWindowBits(b byte) int {
+	if b&1 == 0 {
+		return 16
+	}
+	if n := b >> 1 & 7; n != 0 {
+		return 17 + int(n)
+	}
+	switch m := b >> 4 & 7; m {
+	case 0:
+		return 17
+	case 1:
+		return 0 // reserved (large-window brotli): the decoder rejects it
+	default:
+		return 8 + int(m)
+	}
+}
+
 // readAheadEncoded is readAheadBody for a body with a Content-Encoding. nil:
 // the coding is not one that is decoded; the body is left as it is.
 func readAheadEncoded(r *http.Request, coding string) *replayBody {
 	tap := &rawTap{r: r.Body, limit: MaxModelBody}
-	dec, done, err := usage.Decode(coding, tap)
+	var src io.Reader = tap
+	var dec io.Reader
+	var done func()
+	var err error
+	if strings.EqualFold(strings.TrimSpace(coding), "br") {
+		// A brotli stream names its window in its first bits, and the
+		// decoder allocates that window whole: a client could make a tiny
+		// body cost 16 MiB. A window past maxRequestBrotliWindowBits takes
+		// the fallback of a coding that cannot be decoded.
+		var first [1]byte
+		n, _ := io.ReadFull(tap, first[:])
+		if n == 1 && brotliWindowBits(first[0]) > maxRequestBrotliWindowBits {
+			err = errBrotliWindow
+		}
+		src = io.MultiReader(bytes.NewReader(first[:n]), tap)
+	}
+	if err == nil {
+		dec, done, err = usage.Decode(coding, src)
+	}
 	var decoded []byte
 	end := err
 	if err == nil {
