@@ -47,7 +47,9 @@ const (
 	// r = remaining and t = seconds until full. Each window bucket
 	// (Limits.Windows) adds its own item to both, named by meter and window
 	// in seconds ("requests-86400", "tokens-3600", "input_tokens-60",
-	// "output_tokens-60"), with q = its figure and w = its window: the key's
+	// "output_tokens-60"; a window that is not whole seconds in
+	// milliseconds, "requests-1500ms", and without w, which the draft
+	// makes an Integer), with q = its figure and w = its window: the key's
 	// or the workspace's, whichever has less left. HeadersOpenAI stays the
 	// per-minute buckets' (what OpenAI itself sends).
 	HeadersIETF
@@ -119,14 +121,26 @@ func (l *Limiter) setRateLimitHeaders(h http.Header, a *admission) {
 			`, "tokens";r=` + strconv.FormatInt(tr, 10) + `;t=` + strconv.FormatInt(ceilSeconds(tt), 10)
 		if windowed(a.kl, a.wl) {
 			for _, it := range windowItems(a) {
-				w := strconv.FormatFloat(it.per.Seconds(), 'f', -1, 64)
-				policy += `, "` + it.name + `";q=` + strconv.FormatInt(it.q, 10) + `;w=` + w
+				policy += `, "` + it.name + `";q=` + strconv.FormatInt(it.q, 10)
+				if it.per%time.Second == 0 { // w is an Integer of seconds: a window of 1.5 s goes without
+					policy += `;w=` + strconv.FormatInt(int64(it.per/time.Second), 10)
+				}
 				state += `, "` + it.name + `";r=` + strconv.FormatInt(max(it.level, 0), 10) + `;t=` + strconv.FormatInt(ceilSeconds(windowToFull(it.level, it.q, it.per)), 10)
 			}
 		}
 		h[HeaderRateLimitPolicy] = []string{policy}
 		h[HeaderRateLimit] = []string{state}
 	}
+}
+
+// windowItemSuffix names a window in a policy item: its whole seconds
+// ("86400"), or its milliseconds for one that is not whole seconds
+// ("1500ms").
+func windowItemSuffix(per time.Duration) string {
+	if per%time.Second == 0 {
+		return strconv.FormatInt(int64(per/time.Second), 10)
+	}
+	return strconv.FormatInt(per.Milliseconds(), 10) + "ms"
 }
 
 // windowItem is one window bucket as a RateLimit policy item: the binding
@@ -157,7 +171,7 @@ func windowItems(a *admission) []windowItem {
 				if i < len(levels) {
 					level = levels[i].Level(b)
 				}
-				name := [4]string{"requests", "tokens", "input_tokens", "output_tokens"}[m] + "-" + strconv.FormatFloat(w.Per.Seconds(), 'f', -1, 64)
+				name := [4]string{"requests", "tokens", "input_tokens", "output_tokens"}[m] + "-" + windowItemSuffix(w.Per)
 				found := false
 				for j := range items {
 					if items[j].name == name {
