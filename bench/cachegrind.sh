@@ -4,7 +4,7 @@
 # gives comparable figures (time would not be). For each case and binary,
 # the 'I refs' of runs of N and 3N iterations; per op = (I(3N) - I(N)) / 2N,
 # which cancels the binary's start-up. Runs valgrind aborts (an unrecognised
-# rdtscp in the Go runtime) are repeated, up to 8 times.
+# rdtscp in the Go runtime) are repeated, up to 20 times.
 #   BEFORE=<commit> AFTER=<commit or empty for the work tree> N=20000 \
 #     bash bench/cachegrind.sh AdmitHotKey Middleware > bench/X-instructions.txt
 set -euo pipefail
@@ -25,12 +25,12 @@ else
 fi
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(go version); instructions per operation under cachegrind (valgrind --tool=cachegrind --cache-sim=no), GOMAXPROCS=1 GOGC=off; root test binaries: before = $(git rev-parse --short "$BEFORE"), after = $after; per op = (I(3N) - I(N)) / 2N, N=$N"
 irefs() { # binary case n
-	for try in 1 2 3 4 5 6 7 8; do
+	for try in $(seq 20); do
 		if out=$(GOMAXPROCS=1 GOGC=off valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null "$1" -test.run '^$' -test.bench "^Benchmark$2\$" -test.benchtime "$3x" 2>&1); then
 			echo "$out" | sed -n 's/.*I *refs: *\([0-9,]*\).*/\1/p' | tr -d , && return 0
 		fi
 	done
-	echo "valgrind failed 8 times on $1 $2" >&2
+	echo "valgrind failed 20 times on $1 $2" >&2
 	return 1
 }
 for c in "$@"; do
