@@ -421,9 +421,9 @@ func TestEvictionWaitsForAHeldEntry(t *testing.T) {
 			var ks, wsh *memShard
 			var ke, we *entry
 			if solo {
-				wsh, we, _ = s.soloEntry(ws, "", lim, n)
+				wsh, we, _ = s.soloEntry(ws, "", &lim, n)
 			} else {
-				ks, wsh, ke, we, _ = s.pair(key, ws, "", lim, lim, n)
+				ks, wsh, ke, we, _ = s.pair(key, ws, "", &lim, &lim, n)
 			}
 			var flooded atomic.Int64
 			done := make(chan struct{})
@@ -450,12 +450,12 @@ func TestEvictionWaitsForAHeldEntry(t *testing.T) {
 			// less the admission's 1) goes to -200.
 			rec := ReconcileRequest{Key: key, Workspace: ws, KeyLimits: lim, WorkspaceLimits: lim, Estimate: 1, Actual: 400, Solo: solo, Now: now}
 			reconcileEntry(we, rec, WorkspaceTokens, lim)
-			we.settle(lim)
+			we.settle(&lim)
 			if solo {
 				we.release(wsh.epoch.Load())
 			} else {
 				reconcileEntry(ke, rec, KeyTokens, lim)
-				ke.settle(lim)
+				ke.settle(&lim)
 				releasePair(ks, wsh, ke, we)
 			}
 			<-done

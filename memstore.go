@@ -395,13 +395,13 @@ func shardIndex(h uint64) uint64 { return h >> 57 & (memShards - 1) }
 // returns both shards and entries locked, the entries created full if
 // absent and advanced to now. The caller releases the entries
 // (releasePair) and then the shards.
-func (s *MemoryStore) lock(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
+func (s *MemoryStore) lock(key, workspace, model string, kl, wl *Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
 	pk, wh := s.hashes(key, workspace, model)
 	return s.lockHashed(pk, wh, kl, wl, now)
 }
 
 // lockHashed is lock for the entries' hashes.
-func (s *MemoryStore) lockHashed(pk, wh uint64, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
+func (s *MemoryStore) lockHashed(pk, wh uint64, kl, wl *Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
 	ks, wsh = s.shards(pk, wh)
 	ks.mu.Lock()
 	wsh.mu.Lock()
@@ -417,7 +417,7 @@ func (s *MemoryStore) lockHashed(pk, wh uint64, kl, wl Limits, now int64) (ks, w
 // nothing else), created full if absent and advanced to now: found without
 // the shards' locks when both are there, else by lock. The caller releases
 // the entries.
-func (s *MemoryStore) pair(key, workspace, model string, kl, wl Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
+func (s *MemoryStore) pair(key, workspace, model string, kl, wl *Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
 	pk, wh := s.hashes(key, workspace, model)
 	ks, wsh = s.shards(pk, wh)
 	if ke = ks.t.lookup(pk); ke != nil {
@@ -460,12 +460,12 @@ func (s *MemoryStore) noteEvictions(ev evicted) {
 // solo returns the one entry of a Solo request (kept in the workspace map),
 // created full if absent and advanced to now, with its shard: both locked.
 // The caller releases the entry, then the shard.
-func (s *MemoryStore) solo(workspace, model string, lim Limits, now int64) (sh *memShard, e *entry, ev evicted) {
+func (s *MemoryStore) solo(workspace, model string, lim *Limits, now int64) (sh *memShard, e *entry, ev evicted) {
 	return s.soloHashed(s.workspaceHash(workspace, model), lim, now)
 }
 
 // soloHashed is solo for the entry's hash.
-func (s *MemoryStore) soloHashed(wh uint64, lim Limits, now int64) (sh *memShard, e *entry, ev evicted) {
+func (s *MemoryStore) soloHashed(wh uint64, lim *Limits, now int64) (sh *memShard, e *entry, ev evicted) {
 	sh = &s.ws[shardIndex(wh)]
 	sh.mu.Lock()
 	e = getEntry(sh, s.perShard, wh, lim, now, &ev)
@@ -477,7 +477,7 @@ func (s *MemoryStore) soloHashed(wh uint64, lim Limits, now int64) (sh *memShard
 // soloEntry is solo holding only the entry's lock: found without the
 // shard's lock when it is there, else by lock. The caller releases the
 // entry.
-func (s *MemoryStore) soloEntry(workspace, model string, lim Limits, now int64) (sh *memShard, e *entry, ev evicted) {
+func (s *MemoryStore) soloEntry(workspace, model string, lim *Limits, now int64) (sh *memShard, e *entry, ev evicted) {
 	wh := s.workspaceHash(workspace, model)
 	sh = &s.ws[shardIndex(wh)]
 	if e = sh.t.lookup(wh); e == nil {
@@ -512,7 +512,7 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 	if windowed(r.KeyLimits, r.WorkspaceLimits) {
 		return s.admitWindowed(r)
 	}
-	return s.admit(r), nil
+	return s.admit(&r), nil
 }
 
 // admitAny is admit, or admitWindowed with windows, or admitGauged under a
@@ -524,23 +524,23 @@ func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return s.admitGauged(r)
 	}
-	return s.admit(r), nil
+	return s.admit(&r), nil
 }
 
-func (s *MemoryStore) admit(r AdmitRequest) Decision {
+func (s *MemoryStore) admit(r *AdmitRequest) Decision {
 	now := r.Now.UnixNano()
 	if r.Solo {
-		sh, e, ev := s.soloEntry(r.Workspace, r.Model, r.WorkspaceLimits, now)
-		d := decideSolo(e, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
-		e.settle(r.WorkspaceLimits)
+		sh, e, ev := s.soloEntry(r.Workspace, r.Model, &r.WorkspaceLimits, now)
+		d := decideSolo(e, &r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
+		e.settle(&r.WorkspaceLimits)
 		e.release(sh.epoch.Load())
 		s.noteEvictions(ev)
 		return d
 	}
-	ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
-	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
-	ke.settle(r.KeyLimits)
-	we.settle(r.WorkspaceLimits)
+	ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
+	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, &r.KeyLimits, &r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
+	ke.settle(&r.KeyLimits)
+	we.settle(&r.WorkspaceLimits)
 	releasePair(ks, wsh, ke, we)
 	s.noteEvictions(ev)
 	return d
@@ -554,19 +554,19 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 	now := r.Now.UnixNano()
 	if r.Solo {
 		wh := s.workspaceHash(r.Workspace, r.Model)
-		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
+		sh, e, ev := s.solo(r.Workspace, r.Model, &r.WorkspaceLimits, now)
 		if _, dup := sh.held[r.ID]; dup {
 			e.release(sh.epoch.Load())
 			sh.mu.Unlock()
 			return Decision{}, errHeldID
 		}
 		g := gaugeCheck{keyCap: r.WorkspaceLimits.ConcurrentRequests, keyNow: sh.inFlight[wh]}
-		d := decideSolo(e, r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
+		d := decideSolo(e, &r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
 		if d.Allowed {
 			sh.take(wh)
 			sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
 		}
-		e.settle(r.WorkspaceLimits)
+		e.settle(&r.WorkspaceLimits)
 		e.release(sh.epoch.Load())
 		sh.mu.Unlock()
 		s.noteEvictions(ev)
@@ -574,7 +574,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 	}
 	kc, wc := max(0, r.KeyLimits.ConcurrentRequests), max(0, r.WorkspaceLimits.ConcurrentRequests)
 	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
 	if _, dup := ks.held[r.ID]; dup {
 		releasePair(ks, wsh, ke, we)
 		wsh.mu.Unlock()
@@ -583,7 +583,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 		return Decision{}, errHeldID
 	}
 	g := gaugeCheck{keyCap: kc, keyNow: ks.inFlight[pk], wsCap: wc, wsNow: wsh.inFlight[wh]}
-	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, r.KeyLimits, r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
+	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, &r.KeyLimits, &r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
 	if d.Allowed {
 		hs := heldSlots{key: pk, ws: wh, haveKey: kc > 0, haveWS: wc > 0}
 		if hs.haveKey {
@@ -594,8 +594,8 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 		}
 		ks.hold(r.ID, hs)
 	}
-	ke.settle(r.KeyLimits)
-	we.settle(r.WorkspaceLimits)
+	ke.settle(&r.KeyLimits)
+	we.settle(&r.WorkspaceLimits)
 	releasePair(ks, wsh, ke, we)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
@@ -624,26 +624,26 @@ func (s *MemoryStore) reconcile(r ReconcileRequest) {
 	if r.ID == "" {
 		// No gauge slots to release: the entries' locks are enough.
 		if r.Solo {
-			sh, e, ev := s.soloEntry(r.Workspace, r.Model, r.WorkspaceLimits, now)
+			sh, e, ev := s.soloEntry(r.Workspace, r.Model, &r.WorkspaceLimits, now)
 			reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
-			e.settle(r.WorkspaceLimits)
+			e.settle(&r.WorkspaceLimits)
 			e.release(sh.epoch.Load())
 			s.noteEvictions(ev)
 			return
 		}
-		ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+		ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
 		reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
 		reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
-		ke.settle(r.KeyLimits)
-		we.settle(r.WorkspaceLimits)
+		ke.settle(&r.KeyLimits)
+		we.settle(&r.WorkspaceLimits)
 		releasePair(ks, wsh, ke, we)
 		s.noteEvictions(ev)
 		return
 	}
 	if r.Solo {
-		sh, e, ev := s.solo(r.Workspace, r.Model, r.WorkspaceLimits, now)
+		sh, e, ev := s.solo(r.Workspace, r.Model, &r.WorkspaceLimits, now)
 		reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
-		e.settle(r.WorkspaceLimits)
+		e.settle(&r.WorkspaceLimits)
 		e.release(sh.epoch.Load())
 		if hs, ok := sh.unhold(r.ID); ok {
 			sh.give(hs.key)
@@ -652,11 +652,11 @@ func (s *MemoryStore) reconcile(r ReconcileRequest) {
 		s.noteEvictions(ev)
 		return
 	}
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
 	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
 	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
-	ke.settle(r.KeyLimits)
-	we.settle(r.WorkspaceLimits)
+	ke.settle(&r.KeyLimits)
+	we.settle(&r.WorkspaceLimits)
 	releasePair(ks, wsh, ke, we)
 	if hs, ok := ks.unhold(r.ID); ok {
 		if hs.haveKey {
@@ -691,7 +691,7 @@ func reconcileEntry(e *entry, r ReconcileRequest, tok Bucket, lim Limits) {
 // maxWait is debited all the same (a reservation: Wait says how long). It
 // is shared by every in-process implementation, so the arithmetic lives in
 // one place.
-func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64, maxWait time.Duration, g *gaugeCheck) Decision {
+func decide(kr, kt, wr, wt *bucket, kl, wl *Limits, n int64, maxWait time.Duration, g *gaugeCheck) Decision {
 	var d Decision
 	switch {
 	case kr.level < 1:
@@ -720,7 +720,7 @@ func decide(kr, kt, wr, wt *bucket, kl, wl Limits, n int64, maxWait time.Duratio
 	}
 	d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
 	for i, b := range [4]*bucket{kr, kt, wr, wt} {
-		need, rate := int64(1), Bucket(i).PerMinute(kl, wl)
+		need, rate := int64(1), Bucket(i).PerMinute(*kl, *wl)
 		if Bucket(i).Tokens() {
 			need = n
 		}
@@ -767,7 +767,7 @@ func reserve(d *Decision, maxWait time.Duration, g *gaugeCheck) bool {
 // decideSolo is decide for a Solo request: the key's buckets and the
 // workspace's are the same two buckets, so the key stage decides; its one
 // gauge is g's key gauge.
-func decideSolo(e *entry, lim Limits, n int64, maxWait time.Duration, g *gaugeCheck) Decision {
+func decideSolo(e *entry, lim *Limits, n int64, maxWait time.Duration, g *gaugeCheck) Decision {
 	var d Decision
 	switch {
 	case e.req.level < 1:
@@ -802,7 +802,7 @@ func decideSolo(e *entry, lim Limits, n int64, maxWait time.Duration, g *gaugeCh
 
 // advance refills both buckets up to now under lim. A clock reading earlier
 // than the latest seen refills nothing; the latest is kept.
-func (e *entry) advance(now int64, lim Limits) {
+func (e *entry) advance(now int64, lim *Limits) {
 	dt := now - e.last
 	if dt > 0 {
 		e.last = now
@@ -819,7 +819,7 @@ func (e *entry) advance(now int64, lim Limits) {
 // refill, below full), else the exact time, rounded up to the second. An
 // entry held to figures smaller than those of its debt may owe far longer
 // than the 6 minutes a debt at its own figures takes (issue 18 item 9).
-func (e *entry) settle(lim Limits) {
+func (e *entry) settle(lim *Limits) {
 	if e.req.level >= 0 && e.tok.level >= 0 {
 		e.mark.setFullIn(fullIdleSeconds)
 		return
@@ -854,7 +854,7 @@ func (e *entry) idleFull(now int64) bool {
 func (e *entry) inDebt() bool { return e.req.level < 0 || e.tok.level < 0 }
 
 // fill makes e full as of now under lim.
-func (e *entry) fill(now int64, lim Limits) {
+func (e *entry) fill(now int64, lim *Limits) {
 	e.last = now
 	e.req = bucket{level: 2 * lim.RequestsPerMinute}
 	e.tok = bucket{level: 2 * lim.TokensPerMinute}
@@ -868,7 +868,7 @@ func (e *entry) fill(now int64, lim Limits) {
 // entries not in debt (lossy, added to ev.lossy). When the sample holds
 // only debts, the entry is added beyond the bound (ev.over) unless the
 // table is at its hard limit.
-func getEntry(sh *memShard, bound int, k uint64, lim Limits, now int64, ev *evicted) *entry {
+func getEntry(sh *memShard, bound int, k uint64, lim *Limits, now int64, ev *evicted) *entry {
 	if e := sh.t.get(k); e != nil {
 		e.lock()
 		return e
@@ -1023,12 +1023,12 @@ type entryView struct {
 func peek(e *entry, now int64, lim Limits) entryView {
 	var c entry
 	if e == nil {
-		c.fill(now, lim)
+		c.fill(now, &lim)
 	} else {
 		e.lock()
 		c.last, c.req, c.tok, c.mark = e.last, e.req, e.tok, e.mark
 		e.unlock()
-		c.advance(now, lim)
+		c.advance(now, &lim)
 	}
 	return entryView{req: c.req, tok: c.tok, solo: c.mark.solo()}
 }

@@ -363,7 +363,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 	if r.Solo {
 		lim := r.WorkspaceLimits
 		wh := s.workspaceHash(r.Workspace, r.Model)
-		sh, e, ev0 := s.solo(r.Workspace, r.Model, lim, now)
+		sh, e, ev0 := s.solo(r.Workspace, r.Model, &lim, now)
 		ev = ev0
 		if r.ID != "" {
 			if _, dup := sh.held[r.ID]; dup {
@@ -393,7 +393,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 			sh.take(wh)
 			sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
 		}
-		e.settle(lim)
+		e.settle(&lim)
 		ws.settle()
 		e.release(sh.epoch.Load())
 		sh.mu.Unlock()
@@ -405,7 +405,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 		return Decision{}, ErrNoAdmissionID
 	}
 	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
 	unlock := func() {
 		releasePair(ks, wsh, ke, we)
 		wsh.mu.Unlock()
@@ -446,8 +446,8 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 		}
 		ks.hold(r.ID, hs)
 	}
-	ke.settle(r.KeyLimits)
-	we.settle(r.WorkspaceLimits)
+	ke.settle(&r.KeyLimits)
+	we.settle(&r.WorkspaceLimits)
 	kw.settle()
 	ww.settle()
 	unlock()
@@ -481,11 +481,11 @@ func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
 	if r.Solo {
 		lim := r.WorkspaceLimits
 		wh := s.workspaceHash(r.Workspace, r.Model)
-		sh, e, ev := s.solo(r.Workspace, r.Model, lim, now)
+		sh, e, ev := s.solo(r.Workspace, r.Model, &lim, now)
 		reconcileEntry(e, r, WorkspaceTokens, lim)
 		ws := winSetOf(sh, s.perShard, wh, lim.Windows, now, e.last, &ev)
 		reconcileWindows(ws, r, lim.Windows, 0)
-		e.settle(lim)
+		e.settle(&lim)
 		ws.settle()
 		e.release(sh.epoch.Load())
 		if hs, ok := sh.unhold(r.ID); ok {
@@ -496,15 +496,15 @@ func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
 		return
 	}
 	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
 	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
 	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
 	kw := winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, now, ke.last, &ev)
 	ww := winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, now, we.last, &ev)
 	reconcileWindows(kw, r, r.KeyLimits.Windows, 0)
 	reconcileWindows(ww, r, r.WorkspaceLimits.Windows, 1)
-	ke.settle(r.KeyLimits)
-	we.settle(r.WorkspaceLimits)
+	ke.settle(&r.KeyLimits)
+	we.settle(&r.WorkspaceLimits)
 	kw.settle()
 	ww.settle()
 	releasePair(ks, wsh, ke, we)
