@@ -243,8 +243,9 @@ func WithDocsURL(u string) Option {
 	return optionFunc(func(c *config) { c.docsURL = u })
 }
 
-// DefaultDocsURL is the default link in the limits endpoint's answer.
-const DefaultDocsURL = "https://github.com/llmrate/llmrate#semantics"
+// DefaultDocsURL is the default link in the limits endpoint's answer: the
+// guide to the limits' semantics (the README moved it to docs/limits.md).
+const DefaultDocsURL = "https://github.com/llmrate/llmrate/blob/main/docs/limits.md#semantics"
 
 // DefaultMaxInjectBody bounds the request body WithStreamUsage reads to
 // rewrite: at most this much is held in memory per request being rewritten.
