@@ -42,3 +42,44 @@ func TestPlainMatchesByteAtATime(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainAtEveryWindowEdge: one stop (a quote, a backslash, a
+// control byte) placed at every position around each of Plain's step
+// edges (the probe's 64 bytes, then steps of 256, 512, ... 4096 bytes,
+// which TestPlainMatchesByteAtATime's strings of at most 3,000 bytes do
+// not all reach), among bytes that merely resemble one, and strings with
+// no stop at all of every length around those edges.
+func TestPlainAtEveryWindowEdge(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	look := []byte{0x20, 'a', 0x7f, 0x80, 0xa2, 0xdc, 0x9f, 0xff, 0x21, 0x5b, 0x5d, 0xa0, 0xbc, 0xe0}
+	edges := []int{64}
+	for e, step := 64, 256; e < 20_000; step = min(2*step, 4096) {
+		e += step
+		edges = append(edges, e)
+	}
+	const size = 20_000
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = look[r.IntN(len(look))]
+	}
+	for _, e := range edges {
+		for pos := max(0, e-72); pos < min(size, e+72); pos++ {
+			for _, stop := range []byte{'"', '\\', 0x00, 0x1f, 0x0a} {
+				old := b[pos]
+				b[pos] = stop
+				if got := Plain(b); got != pos {
+					t.Fatalf("stop %#x at %d (edge %d): Plain = %d", stop, pos, e, got)
+				}
+				// A string that ends right after the edge, and one that ends
+				// at the stop's place.
+				if got := Plain(b[:pos]); got != pos {
+					t.Fatalf("no stop in %d bytes: Plain = %d", pos, got)
+				}
+				b[pos] = old
+			}
+		}
+	}
+	if got := Plain(b); got != size {
+		t.Fatalf("no stop in %d bytes: Plain = %d", size, got)
+	}
+}
