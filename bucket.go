@@ -65,20 +65,51 @@ func (b *bucket) refill(rate, capacity, dt int64) {
 // minute, 0 if it already does. never is true when n exceeds capacity: the
 // request cannot fit however long it waits. A wait longer than limit is
 // reported as limit (callers clamp anyway, and this keeps it overflow-free).
+// It is pwait with a period of a minute.
 func (b *bucket) wait(n, rate, capacity int64, limit time.Duration) (d time.Duration, never bool) {
+	return b.pwait(n, rate, capacity, limit, minute)
+}
+
+// prefill is bucket.refill with a period of period nanoseconds: it adds
+// rate×dt/period, capped at capacity. Exact for any figure up to
+// MaxPerMinute, period up to MaxWindow and any dt (128-bit products).
+func (b *bucket) prefill(rate, capacity, dt int64, period uint64) {
+	if b.level >= capacity {
+		b.level, b.frac = capacity, 0
+		return
+	}
+	if dt <= 0 {
+		return
+	}
+	hi, lo := bits.Mul64(uint64(rate), uint64(dt))
+	var c uint64
+	lo, c = bits.Add64(lo, uint64(b.frac), 0)
+	hi += c
+	nhi, nlo := bits.Mul64(uint64(capacity-b.level), period)
+	if hi > nhi || (hi == nhi && lo >= nlo) {
+		b.level, b.frac = capacity, 0
+		return
+	}
+	q, r := bits.Div64(hi, lo, period)
+	b.level += int64(q)
+	b.frac = int64(r)
+}
+
+// pwait returns the exact time until the bucket holds n units at rate units
+// per period nanoseconds (the per-minute buckets' period is a minute, a
+// window's its Per), 0 if it already does; limit when longer; never when
+// n exceeds capacity.
+func (b *bucket) pwait(n, rate, capacity int64, limit time.Duration, period uint64) (d time.Duration, never bool) {
 	if n > capacity {
 		return limit, true
 	}
 	if b.level >= n {
 		return 0, false
 	}
-	// deficit in 1/minute units: (n - level)*minute - frac > 0.
-	hi, lo := bits.Mul64(uint64(n-b.level), minute)
+	hi, lo := bits.Mul64(uint64(n-b.level), period)
 	var br uint64
 	lo, br = bits.Sub64(lo, uint64(b.frac), 0)
 	hi -= br
-	// The wait in ns is ceil(deficit / rate). Compare against limit first so
-	// the quotient is known to fit.
 	lhi, llo := bits.Mul64(uint64(rate), uint64(limit))
 	if hi > lhi || (hi == lhi && lo > llo) {
 		return limit, false

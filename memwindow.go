@@ -2,7 +2,6 @@ package llmrate
 
 import (
 	"math"
-	"math/bits"
 	"time"
 )
 
@@ -38,56 +37,6 @@ type winBucket struct {
 
 // windowed reports whether either side's figures carry windows.
 func windowed(kl, wl Limits) bool { return len(kl.Windows) > 0 || len(wl.Windows) > 0 }
-
-// prefill is bucket.refill with a period of period nanoseconds: it adds
-// rate×dt/period, capped at capacity. Exact for any figure up to
-// MaxPerMinute, period up to MaxWindow and any dt (128-bit products).
-func (b *bucket) prefill(rate, capacity, dt int64, period uint64) {
-	if b.level >= capacity {
-		b.level, b.frac = capacity, 0
-		return
-	}
-	if dt <= 0 {
-		return
-	}
-	hi, lo := bits.Mul64(uint64(rate), uint64(dt))
-	var c uint64
-	lo, c = bits.Add64(lo, uint64(b.frac), 0)
-	hi += c
-	nhi, nlo := bits.Mul64(uint64(capacity-b.level), period)
-	if hi > nhi || (hi == nhi && lo >= nlo) {
-		b.level, b.frac = capacity, 0
-		return
-	}
-	q, r := bits.Div64(hi, lo, period)
-	b.level += int64(q)
-	b.frac = int64(r)
-}
-
-// pwait is bucket.wait with a period of period nanoseconds: the exact time
-// until the bucket holds n, limit when longer; never when n exceeds
-// capacity.
-func (b *bucket) pwait(n, rate, capacity int64, limit time.Duration, period uint64) (d time.Duration, never bool) {
-	if n > capacity {
-		return limit, true
-	}
-	if b.level >= n {
-		return 0, false
-	}
-	hi, lo := bits.Mul64(uint64(n-b.level), period)
-	var br uint64
-	lo, br = bits.Sub64(lo, uint64(b.frac), 0)
-	hi -= br
-	lhi, llo := bits.Mul64(uint64(rate), uint64(limit))
-	if hi > lhi || (hi == lhi && lo > llo) {
-		return limit, false
-	}
-	q, r := bits.Div64(hi, lo, uint64(rate))
-	if r != 0 {
-		q++
-	}
-	return time.Duration(q), false
-}
 
 // find returns the bucket of meter m and window per, creating it full at
 // fig if absent.
@@ -508,14 +457,7 @@ func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
 	kw.settle()
 	ww.settle()
 	releasePair(ks, wsh, ke, we)
-	if hs, ok := ks.unhold(r.ID); ok {
-		if hs.haveKey {
-			ks.give(hs.key)
-		}
-		if hs.haveWS {
-			wsh.give(hs.ws)
-		}
-	}
+	releaseSlots(ks, wsh, r.ID)
 	wsh.mu.Unlock()
 	ks.mu.Unlock()
 	s.noteEvictions(ev)
