@@ -658,7 +658,17 @@ func (s *MemoryStore) reconcile(r ReconcileRequest) {
 	ke.settle(&r.KeyLimits)
 	we.settle(&r.WorkspaceLimits)
 	releasePair(ks, wsh, ke, we)
-	if hs, ok := ks.unhold(r.ID); ok {
+	releaseSlots(ks, wsh, r.ID)
+	wsh.mu.Unlock()
+	ks.mu.Unlock()
+	s.noteEvictions(ev)
+}
+
+// releaseSlots gives back the gauge slots admission id holds in the key's
+// shard ks and the workspace's shard wsh (both locked by the caller), once:
+// a later call finds nothing held.
+func releaseSlots(ks, wsh *memShard, id string) {
+	if hs, ok := ks.unhold(id); ok {
 		if hs.haveKey {
 			ks.give(hs.key)
 		}
@@ -666,9 +676,6 @@ func (s *MemoryStore) reconcile(r ReconcileRequest) {
 			wsh.give(hs.ws)
 		}
 	}
-	wsh.mu.Unlock()
-	ks.mu.Unlock()
-	s.noteEvictions(ev)
 }
 
 // reconcileEntry applies r to one entry's buckets (tok names its tokens
