@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"math/bits"
 	"time"
 )
 
@@ -193,6 +194,45 @@ type AdmitRequest struct {
 	// the waiters: a later request may then fit at once). A gauge never waits: a request it refuses is refused
 	// at once, and a reservation holds its slots while it waits.
 	MaxWait time.Duration
+	// Reserve is the share of every bucket and gauge kept from this
+	// request's priority class (WithPriority), in whole millionths: 0 (no
+	// reserve, the default) to 999,999. A request with Reserve r is
+	// admitted only if, after its debit, every bucket it spends (the four
+	// per-minute buckets and every window's, as in the order above) still
+	// holds at least its floor, ⌈r × capacity / 1,000,000⌉ in whole units
+	// (capacity: twice the per-minute figure for the four per-minute
+	// buckets, the figure for a window's), and every gauge it takes keeps
+	// at least ⌈r × figure / 1,000,000⌉ slots free after taking its own. An
+	// OutputTokens meter (debited nothing) must hold at least its floor
+	// plus 1. Floors are computed in exact integers. A request whose debit
+	// would fit a bucket but not above its floor is refused by that bucket
+	// with Decision.ByReserve set; RetryAfter is then the wait until it
+	// fits above the floor in every bucket (a gauge's: 1 s), and with
+	// MaxWait a reservation waits until then. A request larger than some
+	// bucket's capacity less its floor never fits (Decision.NeverFits).
+	// Stores that hand out local capacity (Redis leases) decide a request
+	// with a reserve on the shared state, never from a lease. Stores
+	// written before reserves ignore it: do not combine such a store with
+	// WithPriority.
+	Reserve int64
+}
+
+// MaxReserve is the largest AdmitRequest.Reserve: 999,999 millionths.
+const MaxReserve = 999_999
+
+// ReserveFloor returns the floor a reserve of r millionths keeps in a
+// bucket (or gauge) of capacity c: ⌈r × c / 1,000,000⌉, exact for every c
+// ≥ 0 and r in [0, MaxReserve]; 0 when r ≤ 0.
+func ReserveFloor(r, c int64) int64 {
+	if r <= 0 || c <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(r), uint64(c))
+	q, rem := bits.Div64(hi, lo, 1_000_000)
+	if rem != 0 {
+		q++
+	}
+	return int64(q) // ≤ c since r < 1,000,000
 }
 
 // Windows (Limits.Windows) in a Store. KeyLimits.Windows are the key's
@@ -255,8 +295,14 @@ type Decision struct {
 	// up) either way.
 	RetryAfter time.Duration
 	// NeverFits is true when the request is larger than some bucket's whole
-	// capacity: it cannot be admitted however long it waits.
+	// capacity (less its floor, with AdmitRequest.Reserve): it cannot be
+	// admitted however long it waits.
 	NeverFits bool
+	// ByReserve is true when the refusal came from the request's reserve
+	// (AdmitRequest.Reserve): Refused would have had room for the request,
+	// but not above the floor its class leaves for other traffic. False
+	// when Allowed or without a reserve.
+	ByReserve bool
 	// Remaining holds each bucket's whole-unit level after the decision
 	// (after the debit when Allowed), indexed by Bucket. It may be negative
 	// while a bucket is in debt (a reservation leaves it so). Gauges are
