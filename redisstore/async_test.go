@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
-	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -40,8 +40,7 @@ func (s *heldStore) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) e
 // with the same levels as a run of the same trace that reconciles
 // synchronously.
 func TestResponseCompletesBeforeReconcile(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	provider := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +74,7 @@ func TestResponseCompletesBeforeReconcile(t *testing.T) {
 		}
 	}
 
-	held := &heldStore{Store: newStore(t, c, redisstore.WithClock(clock)), release: make(chan struct{})}
+	held := &heldStore{Store: redisrig.Store(t, c, redisstore.WithClock(clock)), release: make(chan struct{})}
 	released := false
 	t.Cleanup(func() {
 		if !released {
@@ -99,7 +98,7 @@ func TestResponseCompletesBeforeReconcile(t *testing.T) {
 	require.NoError(t, l.Close(context.Background()))
 	assert.Zero(t, l.FailOpens())
 
-	sync := newStore(t, c, redisstore.WithClock(clock))
+	sync := redisrig.Store(t, c, redisstore.WithClock(clock))
 	ls, sendSync := run(t, sync, llmrate.WithReconcileQueue(0))
 	for _, st := range trace {
 		resp := sendSync(st)
@@ -131,7 +130,7 @@ func TestHonoursContext(t *testing.T) {
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cluster.Close()
 	for _, c := range []redis.UniversalClient{off, cluster} {
-		s, err := redisstore.New(c, testHashKey)
+		s, err := redisstore.New(c, redisrig.HashKey)
 		require.NoError(t, err)
 		assert.True(t, s.HonoursContext())
 	}

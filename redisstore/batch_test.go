@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -23,8 +24,7 @@ import (
 // admission, on a *redis.Client as on a Ring; WithBatching(64) lets 64
 // concurrent callers share calls.
 func TestBatchingIsOptIn(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	srv, c := redisrig.Start(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}, PoolSize: 64})
 	t.Cleanup(func() { _ = ring.Close() })
 	lim := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
@@ -49,9 +49,9 @@ func TestBatchingIsOptIn(t *testing.T) {
 		after := commandCalls(t, c)
 		return after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
 	}
-	assert.Equal(t, int64(640), calls(newStore(t, c)), "by default: one call per admission")
-	assert.Equal(t, int64(640), calls(newStore(t, ring)), "a Ring: one call per admission")
-	batched := calls(newStore(t, c, redisstore.WithBatching(64)))
+	assert.Equal(t, int64(640), calls(redisrig.Store(t, c)), "by default: one call per admission")
+	assert.Equal(t, int64(640), calls(redisrig.Store(t, ring)), "a Ring: one call per admission")
+	batched := calls(redisrig.Store(t, c, redisstore.WithBatching(64)))
 	t.Logf("WithBatching(64): 640 admissions in %d script calls", batched)
 	assert.Less(t, batched, int64(640), "WithBatching(64) shares calls")
 }
@@ -65,7 +65,7 @@ func TestBatchingIsOptIn(t *testing.T) {
 // and Sentinel servers.)
 func TestDefaultStoreOnClusterModeServer(t *testing.T) {
 	srv := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	c := client(t, srv.Addr)
+	c := redisrig.Client(t, srv.Addr)
 	ctx := context.Background()
 	require.NoError(t, c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err())
 	for i := 0; ; i++ {
@@ -77,7 +77,7 @@ func TestDefaultStoreOnClusterModeServer(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	lim := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
-	s := newStore(t, c)
+	s := redisrig.Store(t, c)
 	var errs atomic.Int64
 	var first atomic.Value
 	var wg sync.WaitGroup
@@ -161,11 +161,10 @@ func delayProxy(t *testing.T, target string, delay time.Duration) string {
 func TestBatchedCallersAnsweredWithinTheirDeadline(t *testing.T) {
 	srv := redistest.Start(t)
 	addr := delayProxy(t, srv.Addr, 35*time.Millisecond)
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 64})
-	t.Cleanup(func() { _ = c.Close() })
+	c := redisrig.NewClient(t, &redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 64})
 	lim := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 100_000}
-	warm := newStore(t, c, redisstore.WithBatching(2)) // 1 s timeout
-	for _, n := range []int{1, 2} {                    // loads both scripts, dials connections
+	warm := redisrig.Store(t, c, redisstore.WithBatching(2)) // 1 s timeout
+	for _, n := range []int{1, 2} {                          // loads both scripts, dials connections
 		reqs := make([]llmrate.AdmitRequest, n)
 		for i := range reqs {
 			key := fmt.Sprintf("warm-%d", i)
@@ -176,7 +175,7 @@ func TestBatchedCallersAnsweredWithinTheirDeadline(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	s, err := redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithPrefix("deadline"), redisstore.WithBatching(64),
+	s, err := redisstore.New(c, redisrig.HashKey, redisstore.WithPrefix("deadline"), redisstore.WithBatching(64),
 		redisstore.WithTimeout(45*time.Millisecond), redisstore.WithRetryInterval(0), redisstore.WithFallbackLocal())
 	require.NoError(t, err)
 	const n = 16
@@ -244,11 +243,10 @@ func TestDeadlineCountsAsRedisFailure(t *testing.T) {
 		}
 		mu.Unlock()
 	})
-	c := redis.NewClient(&redis.Options{Addr: l.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
+	c := redisrig.NewClient(t, &redis.Options{Addr: l.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	lim := llmrate.DefaultTiers().Free
 	for _, batch := range []int{1, 64} {
-		s, err := redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithBatching(batch), redisstore.WithRetryInterval(0))
+		s, err := redisstore.New(c, redisrig.HashKey, redisstore.WithBatching(batch), redisstore.WithRetryInterval(0))
 		require.NoError(t, err)
 		for range 10 {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond) // under the store's 30 ms
@@ -264,12 +262,11 @@ func TestDeadlineCountsAsRedisFailure(t *testing.T) {
 // they start send nothing, so they are not Redis failures: three of them do
 // not stop the store trying a healthy Redis, batched or not.
 func TestExpiredCallersDoNotTripTheBreaker(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	lim := llmrate.DefaultTiers().Free
 	req := llmrate.AdmitRequest{Key: "sk-e", Workspace: "sk-e", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true}
 	for _, batch := range []int{1, 64} {
-		s := newStore(t, c, redisstore.WithBatching(batch), redisstore.WithRetryInterval(time.Minute))
+		s := redisrig.Store(t, c, redisstore.WithBatching(batch), redisstore.WithRetryInterval(time.Minute))
 		_, err := s.Admit(context.Background(), req) // warm: script loaded, healthy
 		require.NoError(t, err)
 		for range 3 {

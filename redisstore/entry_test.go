@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmrate/llmrate"
-	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 )
 
@@ -28,11 +28,10 @@ import (
 // entry holds); and an entry that records its expiry (exp, 48 bytes) must
 // not expire earlier than it records, since later admissions trust it.
 func TestTimedEntriesOutliveTheirDebts(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	for _, batching := range []int{1, 8} {
 		t.Run(fmt.Sprintf("batching=%d", batching), func(t *testing.T) {
-			s := newStore(t, c, redisstore.WithBatching(batching))
+			s := redisrig.Store(t, c, redisstore.WithBatching(batching))
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(5, uint64(batching)))
 			figures := []llmrate.Limits{
@@ -116,8 +115,7 @@ func checkEntry(t *testing.T, c *redis.Client, name string, lim llmrate.Limits, 
 // as a Lua number. The memory store decides on (refusing, as the debt
 // requires); Redis must too, on its own clock and on the caller's.
 func TestDebtUnderSmallerFigures(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	for _, clocked := range []bool{false, true} {
 		t.Run(fmt.Sprintf("clock=%v", clocked), func(t *testing.T) {
 			now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -125,7 +123,7 @@ func TestDebtUnderSmallerFigures(t *testing.T) {
 			if clocked {
 				opts = append(opts, redisstore.WithClock(func() time.Time { return now }))
 			}
-			s := newStore(t, c, append(opts, redisstore.WithBatching(1))...)
+			s := redisrig.Store(t, c, append(opts, redisstore.WithBatching(1))...)
 			mem := llmrate.NewMemoryStore()
 			ctx := context.Background()
 			big := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: llmrate.MaxPerMinute}
@@ -153,13 +151,12 @@ func TestDebtUnderSmallerFigures(t *testing.T) {
 // debits once; a refused one is not recorded, so sent again once the
 // bucket has refilled it is admitted. As the memory store does.
 func TestRepeatedIDNonSolo(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	for _, model := range []string{"", "gpt-4o*"} {
 		t.Run("model="+model, func(t *testing.T) {
 			now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 			clock := func() time.Time { return now }
-			rs := newStore(t, c, redisstore.WithClock(clock), redisstore.WithBatching(1))
+			rs := redisrig.Store(t, c, redisstore.WithClock(clock), redisstore.WithBatching(1))
 			mem := llmrate.NewMemoryStore()
 			ctx := context.Background()
 			kl := llmrate.Limits{RequestsPerMinute: 60, TokensPerMinute: 600}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -112,8 +113,6 @@ func (p *faultProxy) setDown(down bool) {
 // frozen is the scripts' clock in the fault tests: nothing refills.
 func frozen() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }
 
-func uniquePrefix() string { return "f" + strconv.FormatInt(prefixes.Add(1), 10) }
-
 var solo1k = llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 10_000}
 
 func soloReq(key string, tokens int64) llmrate.AdmitRequest {
@@ -141,10 +140,9 @@ func TestLostAdmissionReplyDebitsOnce(t *testing.T) {
 		for _, retries := range []int{-1, 0} { // 0: go-redis's default, 3
 			t.Run(fmt.Sprintf("%s/maxretries=%d", m.name, retries), func(t *testing.T) {
 				p := newFaultProxy(t, srv.Addr)
-				c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: retries, ContextTimeoutEnabled: true})
-				t.Cleanup(func() { _ = c.Close() })
-				prefix := uniquePrefix()
-				s := newStore(t, c, append(m.opts, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen))...)
+				c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: retries, ContextTimeoutEnabled: true})
+				prefix := redisrig.Prefix()
+				s := redisrig.Store(t, c, append(m.opts, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen))...)
 				ctx := context.Background()
 				first := soloReq("sk-lost", 100)
 				d, err := s.Admit(ctx, first) // loads the script; not leased (not busy yet)
@@ -161,7 +159,7 @@ func TestLostAdmissionReplyDebitsOnce(t *testing.T) {
 				// bucket: 2×1000 requests less three, 2×10,000 tokens less
 				// 300 (less the lease, which the leased store's Remaining
 				// leaves out: its level plus what it holds is the same).
-				probe := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+				probe := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
 				d, err = probe.Admit(ctx, soloReq("sk-lost", 100))
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
@@ -187,14 +185,13 @@ func TestReconcileAppliedOnce(t *testing.T) {
 	for _, m := range []string{"plain", "leased"} {
 		t.Run(m, func(t *testing.T) {
 			p := newFaultProxy(t, srv.Addr)
-			c := redis.NewClient(&redis.Options{Addr: p.addr, ContextTimeoutEnabled: true}) // MaxRetries: go-redis's default
-			t.Cleanup(func() { _ = c.Close() })
-			prefix := uniquePrefix()
+			c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, ContextTimeoutEnabled: true}) // MaxRetries: go-redis's default
+			prefix := redisrig.Prefix()
 			opts := []redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1)}
 			if m == "leased" {
 				opts = []redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithLeases(0.25)}
 			}
-			s := newStore(t, c, opts...)
+			s := redisrig.Store(t, c, opts...)
 			ctx := context.Background()
 			a := soloReq("sk-rec", 15_000)
 			d, err := s.Admit(ctx, a)
@@ -206,7 +203,7 @@ func TestReconcileAppliedOnce(t *testing.T) {
 			require.NoError(t, s.Reconcile(ctx, rr))
 			assert.Zero(t, p.drop.Load(), "the reply was dropped")
 			require.NoError(t, s.Reconcile(ctx, rr), "the caller resends it too")
-			probe := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+			probe := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
 			d, err = probe.Admit(ctx, soloReq("sk-rec", 1))
 			require.NoError(t, err)
 			assert.Equal(t, int64(20_000-15_000+3_000-1), d.Remaining[llmrate.WorkspaceTokens], "the 3,000 credited once")
@@ -217,16 +214,15 @@ func TestReconcileAppliedOnce(t *testing.T) {
 // TestRefund: a refund gives the admission back in full, once, on the
 // plain and leased paths.
 func TestRefundOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	for _, m := range []string{"plain", "leased"} {
 		t.Run(m, func(t *testing.T) {
-			prefix := uniquePrefix()
+			prefix := redisrig.Prefix()
 			opts := []redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1)}
 			if m == "leased" {
 				opts = []redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithLeases(0.25)}
 			}
-			s := newStore(t, c, opts...)
+			s := redisrig.Store(t, c, opts...)
 			ctx := context.Background()
 			kl := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1000}
 			a := llmrate.AdmitRequest{Key: "alice", Workspace: "acme", KeyLimits: kl, WorkspaceLimits: solo1k, Tokens: 300, Now: time.Now(), ID: llmrate.NewAdmissionID()}
@@ -237,7 +233,7 @@ func TestRefundOnce(t *testing.T) {
 				Estimate: 300, Actual: 1_000_000, Refund: true, Now: time.Now(), ID: a.ID, Receipt: d.Receipt}
 			require.NoError(t, s.Reconcile(ctx, rr))
 			require.NoError(t, s.Reconcile(ctx, rr), "sent again: applied once")
-			probe := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+			probe := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
 			a.Tokens, a.ID = 1, ""
 			d, err = probe.Admit(ctx, a)
 			require.NoError(t, err)
@@ -255,9 +251,8 @@ func TestRefundOnce(t *testing.T) {
 func TestTimeoutWithAnyClient(t *testing.T) {
 	srv := redistest.Start(t)
 	p := newFaultProxy(t, srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
-	s := newStore(t, c, redisstore.WithTimeout(30*time.Millisecond), redisstore.WithRetryInterval(time.Hour))
+	c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1})
+	s := redisrig.Store(t, c, redisstore.WithTimeout(30*time.Millisecond), redisstore.WithRetryInterval(time.Hour))
 	ctx := context.Background()
 	_, err := s.Admit(ctx, soloReq("sk-h", 1)) // connect and load the script
 	require.NoError(t, err)
@@ -294,9 +289,8 @@ func TestCancellationNeverCounted(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			p := newFaultProxy(t, srv.Addr)
-			c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = c.Close() })
-			s := newStore(t, c, append(m.opts, redisstore.WithClock(frozen), redisstore.WithRetryInterval(time.Hour), redisstore.WithTimeout(200*time.Millisecond))...)
+			c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+			s := redisrig.Store(t, c, append(m.opts, redisstore.WithClock(frozen), redisstore.WithRetryInterval(time.Hour), redisstore.WithTimeout(200*time.Millisecond))...)
 			t.Cleanup(func() { _ = s.Close(context.Background()) })
 			r := soloReq("sk-x", 1)
 			for range 2 { // the second is busy: a lease renewal on the leased path
@@ -336,12 +330,11 @@ func TestCancellationNeverCounted(t *testing.T) {
 func TestReconcileGoesToDecidingStore(t *testing.T) {
 	srv := redistest.Start(t)
 	p := newFaultProxy(t, srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
-	prefix := uniquePrefix()
-	s := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1),
+	c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	prefix := redisrig.Prefix()
+	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1),
 		redisstore.WithFallbackLocal(), redisstore.WithRetryInterval(0))
-	probe := newStore(t, client(t, srv.Addr), redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	probe := redisrig.Store(t, redisrig.Client(t, srv.Addr), redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
 	ctx := context.Background()
 	redisLevel := func() int64 {
 		t.Helper()
@@ -400,11 +393,10 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 func TestBreakerProbesOneAtATime(t *testing.T) {
 	srv := redistest.Start(t)
 	p := newFaultProxy(t, srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
+	c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	calls := &scriptCounter{}
 	c.AddHook(calls)
-	s := newStore(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal(),
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal(),
 		redisstore.WithTimeout(300*time.Millisecond), redisstore.WithRetryInterval(0))
 	ctx := context.Background()
 	_, err := s.Admit(ctx, soloReq("sk-b", 1))
@@ -470,11 +462,10 @@ func (h *holdReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // lease renewal, whose deadline passes while Redis is slow, gets the local
 // fallback's decision, not an error.
 func TestLeaseWaiterGetsFallback(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	hook := newHoldReplyHook()
 	c.AddHook(hook)
-	s := leaseStore(t, c, 0.25, redisstore.WithClock(frozen), redisstore.WithFallbackLocal())
+	s := redisrig.Stores(t, c, 1, redisstore.WithLeases(0.25), redisstore.WithClock(frozen), redisstore.WithFallbackLocal())[0]
 	ctx := context.Background()
 	_, err := s.Admit(ctx, soloReq("sk-w", 1))
 	require.NoError(t, err)
@@ -496,7 +487,7 @@ func TestLeaseWaiterGetsFallback(t *testing.T) {
 // number of lease records out on it.
 func leaseLevels(t *testing.T, c *redis.Client, prefix, key string) (tokens int64, records int64) {
 	t.Helper()
-	probe := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	probe := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
 	d, err := probe.Admit(context.Background(), soloReq(key, 0))
 	require.NoError(t, err)
 	_, w := probe.Keys(key, key)
@@ -509,12 +500,11 @@ func leaseLevels(t *testing.T, c *redis.Client, prefix, key string) (tokens int6
 // new one stays out in Redis, where it was once deleted (and its capacity
 // credited back while the process kept spending it).
 func TestLateLeaseReturnKeepsNewerLease(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	hook := &blockHook{held: make(chan struct{}), release: make(chan struct{})}
 	c.AddHook(hook)
-	prefix := uniquePrefix()
-	s := leaseStore(t, c, 0.25, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen))
+	prefix := redisrig.Prefix()
+	s := redisrig.Stores(t, c, 1, redisstore.WithLeases(0.25), redisstore.WithPrefix(prefix), redisstore.WithClock(frozen))[0]
 	ctx := context.Background()
 	a1 := soloReq("sk-l", 100)
 	for range 2 { // the second takes a lease of 5,000 tokens
@@ -544,11 +534,10 @@ func TestLateLeaseReturnKeepsNewerLease(t *testing.T) {
 // reply not yet back) stops this process's lease admissions at once: the
 // renewal's lease is not used.
 func TestReconcileDuringRenewal(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	hook := newHoldReplyHook()
 	c.AddHook(hook)
-	s := leaseStore(t, c, 0.25, redisstore.WithClock(frozen))
+	s := redisrig.Stores(t, c, 1, redisstore.WithLeases(0.25), redisstore.WithClock(frozen))[0]
 	ctx := context.Background()
 	a1 := soloReq("sk-d", 100)
 	_, err := s.Admit(ctx, a1)
@@ -579,11 +568,10 @@ func TestReconcileDuringRenewal(t *testing.T) {
 // and only until its lease's use window (leaseUse, 100 ms) ends: then it
 // goes to Redis and sees the debt.
 func TestLeasesDebtStopsEveryProcess(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	ctx := context.Background()
 	clk := llmratetest.NewClock()
-	ss := sharedStores(t, c, 3, 0.25, clk.Now)
+	ss := redisrig.Stores(t, c, 3, redisstore.WithLeases(0.25), redisstore.WithClock(clk.Now))
 	req := func() llmrate.AdmitRequest {
 		r := soloReq("sk-e", 100)
 		r.Now = clk.Now()
@@ -629,17 +617,12 @@ func TestLeasesDebtStopsEveryProcess(t *testing.T) {
 // the others, together, at most (N − 1) × share × capacity; the window
 // (until the last such admission) is logged. docs/redis.md (Leases) quotes the figures.
 func TestLeasesDebtWindowMeasured(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	lim := llmrate.Limits{RequestsPerMinute: 100_000, TokensPerMinute: 100_000} // capacity 200,000 of each
 	const capacity, n = 200_000, 3
 	for _, share := range []float64{0.1, 0.25} {
 		t.Run(strconv.FormatFloat(share, 'f', -1, 64), func(t *testing.T) {
-			prefix := uniquePrefix()
-			var ss []*redisstore.Store
-			for range n {
-				ss = append(ss, leaseStore(t, c, share, redisstore.WithPrefix(prefix)))
-			}
+			ss := redisrig.Stores(t, c, n, redisstore.WithLeases(share))
 			ctx := context.Background()
 			req := func() llmrate.AdmitRequest {
 				return llmrate.AdmitRequest{Key: "sk-m", Workspace: "sk-m", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true, Now: time.Now(), ID: llmrate.NewAdmissionID()}

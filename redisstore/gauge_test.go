@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -12,28 +11,12 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/llmrate/llmrate/redisstore"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// gaugeStores returns n stores on one Redis sharing one prefix and secret,
-// as n gateway processes would, each closed at the test's end.
-func gaugeStores(t *testing.T, c redis.UniversalClient, n int, opts ...redisstore.Option) []*redisstore.Store {
-	t.Helper()
-	p := fmt.Sprintf("g%d", prefixes.Add(1))
-	out := make([]*redisstore.Store, n)
-	for i := range out {
-		s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(p), redisstore.WithTimeout(time.Second),
-			redisstore.WithHashKey(testSecret)}, opts...)...)
-		require.NoError(t, err)
-		t.Cleanup(func() { assert.NoError(t, s.Close(context.Background())) })
-		out[i] = s
-	}
-	return out
-}
 
 // gaugedReq is a request on a key with a key gauge of kc and a workspace
 // gauge of wc, under buckets far too large to refuse anything here.
@@ -57,9 +40,8 @@ func release(t *testing.T, s *redisstore.Store, r llmrate.AdmitRequest, d llmrat
 // the figure in flight at once, counted by the callers themselves (a
 // caller counts itself in only once admitted, and out before its release).
 func TestGaugeAcrossProcesses(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	stores := gaugeStores(t, c, 2)
+	_, c := redisrig.Start(t)
+	stores := redisrig.Stores(t, c, 2)
 	const figure = 3
 	var inFlight, most, admitted, refused atomic.Int64
 	var wg sync.WaitGroup
@@ -108,9 +90,8 @@ func TestGaugeAcrossProcesses(t *testing.T) {
 // TestGaugeReleasedOnce: a reconcile sent again, from either process and
 // concurrently, releases its slot once; the workspace gauge too.
 func TestGaugeReleasedOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	stores := gaugeStores(t, c, 2)
+	_, c := redisrig.Start(t)
+	stores := redisrig.Stores(t, c, 2)
 	a, b := stores[0], stores[1]
 	r1 := gaugedReq(2, 2)
 	d1, err := a.Admit(context.Background(), r1)
@@ -160,10 +141,9 @@ func TestGaugeReleasedOnce(t *testing.T) {
 // without reconciling: as good as dead) loses its slot a slot life later,
 // and not before. Real time: the slot's life is on Redis's clock.
 func TestGaugeDeadProcessSlotExpires(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	const ttl = 300 * time.Millisecond
-	stores := gaugeStores(t, c, 2, redisstore.WithSlotTTL(ttl))
+	stores := redisrig.Stores(t, c, 2, redisstore.WithSlotTTL(ttl))
 	dead, live := stores[0], stores[1]
 	start := time.Now()
 	d, err := dead.Admit(context.Background(), gaugedReq(1, 0))
@@ -191,12 +171,11 @@ func TestGaugeDeadProcessSlotExpires(t *testing.T) {
 // slot lives (a long stream) keeps it: its refresher renews it; the other
 // process is refused throughout, until the release.
 func TestGaugeLiveProcessRefreshed(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	// Refreshed every ttl/3: a stall of up to a second (a loaded CI
 	// machine) does not let a live slot expire; two TTLs are watched.
 	const ttl = 1500 * time.Millisecond
-	stores := gaugeStores(t, c, 2, redisstore.WithSlotTTL(ttl))
+	stores := redisrig.Stores(t, c, 2, redisstore.WithSlotTTL(ttl))
 	holder, other := stores[0], stores[1]
 	r := gaugedReq(0, 1)
 	d, err := holder.Admit(context.Background(), r)
@@ -222,7 +201,7 @@ func TestGaugeLiveProcessRefreshed(t *testing.T) {
 // released: refused with llmrate.ErrNoAdmissionID, as the memory store does.
 func TestGaugeNeedsID(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, client(t, srv.Addr))
+	s := redisrig.Store(t, redisrig.Client(t, srv.Addr))
 	r := gaugedReq(1, 0)
 	r.ID = ""
 	_, err := s.Admit(context.Background(), r)
@@ -233,9 +212,8 @@ func TestGaugeNeedsID(t *testing.T) {
 // leases (goes to Redis), so two leased processes together never hold more
 // slots than the figure, even on a key busy enough to be leased.
 func TestGaugeWithLeases(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	stores := gaugeStores(t, c, 2, redisstore.WithLeases(0.25))
+	_, c := redisrig.Start(t)
+	stores := redisrig.Stores(t, c, 2, redisstore.WithLeases(0.25))
 	plain := gaugedReq(0, 0)
 	for i := range 4 { // make the key busy: leases are taken
 		d, err := stores[i%2].Admit(context.Background(), plain)
@@ -276,10 +254,9 @@ func TestGaugeWithLeases(t *testing.T) {
 // 9,000, and 9,100 tokens are 100 short: one second (a script blind to the
 // lease would refill to 9,198 and admit at once).
 func TestReservationWithLeases(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	clock := llmratetest.NewClock()
-	stores := gaugeStores(t, c, 2, redisstore.WithLeases(0.25), redisstore.WithClock(clock.Now))
+	stores := redisrig.Stores(t, c, 2, redisstore.WithLeases(0.25), redisstore.WithClock(clock.Now))
 	a, b := stores[0], stores[1]
 	lim := llmrate.Limits{RequestsPerMinute: 60, TokensPerMinute: 6000}
 	req := llmrate.AdmitRequest{Key: "k", Workspace: "ws", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1}
@@ -304,7 +281,7 @@ func TestReservationWithLeases(t *testing.T) {
 // lands frees the slot a slot life later rather than never.
 func TestGaugeReleaseFailedStopsRefresh(t *testing.T) {
 	srv := redistest.Start(t)
-	s := gaugeStores(t, client(t, srv.Addr), 1)[0]
+	s := redisrig.Stores(t, redisrig.Client(t, srv.Addr), 1)[0]
 	r := gaugedReq(1, 1)
 	d, err := s.Admit(context.Background(), r)
 	require.NoError(t, err)
@@ -347,7 +324,7 @@ func (o *waitObserver) last() time.Duration {
 // after its wait instead of refused; nothing fails open.
 func TestLimiterGaugeAndWaitOverRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	s := gaugeStores(t, client(t, srv.Addr), 1)[0]
+	s := redisrig.Stores(t, redisrig.Client(t, srv.Addr), 1)[0]
 	// 6,000 TPM: a bucket of 12,000 tokens refilling 100 a second; every
 	// request is estimated (400 bytes / 4) and charged 100 tokens.
 	lim := llmrate.Limits{RequestsPerMinute: 100_000, TokensPerMinute: 6000, ConcurrentRequests: 1}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -31,7 +32,7 @@ func TestInstructionsHarness(t *testing.T) {
 	mode := os.Getenv("REDISSTORE_MEASURE_MODE")
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	s, err := redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithBatching(1), redisstore.WithTimeout(10*time.Second))
+	s, err := redisstore.New(c, redisrig.HashKey, redisstore.WithBatching(1), redisstore.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -20,25 +21,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// testHashKey is the name-hash secret of the stores these tests build
-// themselves.
-var testHashKey = redisstore.WithHashKey([]byte("lease-test-secret-0123456789"))
-
-// leaseStore is newStore with leases, closed when the test ends.
-func leaseStore(t *testing.T, c redis.UniversalClient, share float64, opts ...redisstore.Option) *redisstore.Store {
-	t.Helper()
-	s := newStore(t, c, append([]redisstore.Option{redisstore.WithLeases(share)}, opts...)...)
-	t.Cleanup(func() { assert.NoError(t, s.Close(context.Background())) })
-	return s
-}
-
 func TestConformanceLeases(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	for _, share := range []float64{0.05, 0.25} {
 		t.Run(strconv.FormatFloat(share, 'f', -1, 64), func(t *testing.T) {
 			llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
-				return leaseStore(t, c, share, redisstore.WithClock(clock))
+				return redisrig.Stores(t, c, 1, redisstore.WithLeases(share), redisstore.WithClock(clock))[0]
 			})
 		})
 	}
@@ -48,44 +36,29 @@ func TestLeasesOptionValidated(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	for _, share := range []float64{0, -0.1, 0.2500001, 1, math.NaN(), math.Inf(1)} {
-		_, err := redisstore.New(c, testHashKey, redisstore.WithLeases(share))
+		_, err := redisstore.New(c, redisrig.HashKey, redisstore.WithLeases(share))
 		assert.Error(t, err, "%v", share)
 	}
-	s, err := redisstore.New(c, testHashKey, redisstore.WithLeases(0.25))
+	s, err := redisstore.New(c, redisrig.HashKey, redisstore.WithLeases(0.25))
 	require.NoError(t, err)
 	require.NoError(t, s.Close(context.Background()))
-	_, err = redisstore.New(c, testHashKey, redisstore.WithLeases(0.1), redisstore.WithBatching(8))
+	_, err = redisstore.New(c, redisrig.HashKey, redisstore.WithLeases(0.1), redisstore.WithBatching(8))
 	assert.ErrorContains(t, err, "cannot be combined")
-	s, err = redisstore.New(c, testHashKey, redisstore.WithLeases(0.1), redisstore.WithBatching(1))
+	s, err = redisstore.New(c, redisrig.HashKey, redisstore.WithLeases(0.1), redisstore.WithBatching(1))
 	require.NoError(t, err, "leases with one admission per call (what the default becomes with leases)")
 	require.NoError(t, s.Close(context.Background()))
-}
-
-// sharedStores returns n stores ("processes") on one prefix, with leases.
-func sharedStores(t *testing.T, c redis.UniversalClient, n int, share float64, clock func() time.Time) []*redisstore.Store {
-	t.Helper()
-	p := "t" + strconv.FormatInt(prefixes.Add(1), 10)
-	var out []*redisstore.Store
-	for range n {
-		s, err := redisstore.New(c, testHashKey, redisstore.WithPrefix(p), redisstore.WithTimeout(time.Second), redisstore.WithLeases(share), redisstore.WithClock(clock))
-		require.NoError(t, err)
-		t.Cleanup(func() { assert.NoError(t, s.Close(context.Background())) })
-		out = append(out, s)
-	}
-	return out
 }
 
 // TestLeasesThreeProcesses: three stores with leases on one redis-server,
 // 250 concurrent requests of one Free key at one instant: at most the
 // exact 200, and at least 200 less what three leases can strand.
 func TestLeasesThreeProcesses(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	free := llmrate.DefaultTiers().Free
 	for _, share := range []float64{0.1, 0.25} {
 		t.Run(strconv.FormatFloat(share, 'f', -1, 64), func(t *testing.T) {
 			now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-			stores := sharedStores(t, c, 3, share, func() time.Time { return now })
+			stores := redisrig.Stores(t, c, 3, redisstore.WithLeases(share), redisstore.WithClock(func() time.Time { return now }))
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			for i := range 250 {
@@ -124,8 +97,7 @@ func TestLeasesThreeProcesses(t *testing.T) {
 //
 // A failure names its seed and step.
 func TestLeasesNeverMoreThanExact(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	ctx := context.Background()
 	admittedTotal, refusedTotal, leased := 0, 0, 0
 	var maxGap float64 // largest shortfall after Close, in shares of the bound
@@ -133,7 +105,7 @@ func TestLeasesNeverMoreThanExact(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 13))
 		clk := llmratetest.NewClock() // read by the stores' returners too
 		share := []float64{0.01, 0.1, 0.25}[rng.IntN(3)]
-		stores := sharedStores(t, c, 3, share, clk.Now)
+		stores := redisrig.Stores(t, c, 3, redisstore.WithLeases(share), redisstore.WithClock(clk.Now))
 		ref := llmrate.NewMemoryStore()
 		hi := []int64{300, 3000, 60000}[rng.IntN(3)]
 		limits := func() llmrate.Limits {
@@ -287,14 +259,14 @@ func TestLeasesRoundTrips(t *testing.T) {
 	for _, share := range []float64{0, 0.1, 0.25} {
 		for _, callers := range []int{1, 16} {
 			t.Run(fmt.Sprintf("share=%v/callers=%d", share, callers), func(t *testing.T) {
-				c := client(t, srv.Addr)
+				c := redisrig.Client(t, srv.Addr)
 				hook := &countHook{}
 				c.AddHook(hook)
 				var s *redisstore.Store
 				if share == 0 {
-					s = newStore(t, c, redisstore.WithBatching(1)) // one call per admission
+					s = redisrig.Store(t, c, redisstore.WithBatching(1)) // one call per admission
 				} else {
-					s = leaseStore(t, c, share)
+					s = redisrig.Stores(t, c, 1, redisstore.WithLeases(share))[0]
 				}
 				var admitted atomic.Int64
 				var wg sync.WaitGroup
@@ -332,10 +304,9 @@ func TestLeasesRoundTrips(t *testing.T) {
 // clock) goes back to Redis by itself, and another process then finds its
 // capacity in the bucket.
 func TestLeaseReturnedWhenIdle(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	clk := llmratetest.NewClock()
-	stores := sharedStores(t, c, 2, 0.25, clk.Now)
+	stores := redisrig.Stores(t, c, 2, redisstore.WithLeases(0.25), redisstore.WithClock(clk.Now))
 	a, b := stores[0], stores[1]
 	lim := llmrate.Limits{RequestsPerMinute: 10, TokensPerMinute: 1_000_000} // capacity 20 requests: a lease of 5
 	admit := func(s *redisstore.Store) llmrate.Decision {
@@ -362,11 +333,10 @@ func TestLeaseReturnedWhenIdle(t *testing.T) {
 // drains it and process 0 spends both leases: every admission is one the
 // exact reference (fed the admitted requests) also makes.
 func TestLeasesTwoKeysOfOneWorkspaceNeverOverAdmit(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	ctx := context.Background()
 	clk := llmratetest.NewClock()
-	ss := sharedStores(t, c, 2, 0.25, clk.Now)
+	ss := redisrig.Stores(t, c, 2, redisstore.WithLeases(0.25), redisstore.WithClock(clk.Now))
 	ref := llmrate.NewMemoryStore()
 	kl := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000_000}
 	wl := llmrate.Limits{RequestsPerMinute: 6000, TokensPerMinute: 1_000_000_000} // capacity 12,000 requests
@@ -407,11 +377,10 @@ func TestLeasesTwoKeysOfOneWorkspaceNeverOverAdmit(t *testing.T) {
 // both leases come back, so the workspace bucket holds its capacity less
 // the four admissions (and the probe's).
 func TestLeasesTwoKeysOfOneWorkspaceNothingLost(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	ctx := context.Background()
 	clk := llmratetest.NewClock()
-	ss := sharedStores(t, c, 2, 0.25, clk.Now)
+	ss := redisrig.Stores(t, c, 2, redisstore.WithLeases(0.25), redisstore.WithClock(clk.Now))
 	s, probe := ss[0], ss[1]
 	kl := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000_000}
 	wl := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 1_000_000_000} // capacity 2,000 requests
@@ -456,13 +425,12 @@ func (h *blockHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // for it and returns the lease it brings, so that none is left out in
 // Redis and the bucket holds its capacity less the admissions.
 func TestLeasesCloseWaitsForRenewal(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	hook := &blockHook{held: make(chan struct{}), release: make(chan struct{})}
 	c.AddHook(hook)
 	ctx := context.Background()
 	clk := llmratetest.NewClock()
-	ss := sharedStores(t, c, 2, 0.25, clk.Now)
+	ss := redisrig.Stores(t, c, 2, redisstore.WithLeases(0.25), redisstore.WithClock(clk.Now))
 	s, probe := ss[0], ss[1]
 	lim := llmrate.Limits{RequestsPerMinute: 100, TokensPerMinute: 1_000_000} // capacity 200 requests: a lease of 50
 	req := llmrate.AdmitRequest{Key: "sk-r", Workspace: "sk-r", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true, Now: clk.Now()}
@@ -500,14 +468,13 @@ func TestLeasesCloseWaitsForRenewal(t *testing.T) {
 // workspace's exact 200, and at least 200 less what three processes' one
 // workspace lease each can strand (however many keys each serves).
 func TestLeasesManyKeysConcurrent(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	free := llmrate.DefaultTiers().Free
 	kl := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000_000}
 	for _, share := range []float64{0.1, 0.25} {
 		t.Run(strconv.FormatFloat(share, 'f', -1, 64), func(t *testing.T) {
 			now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-			stores := sharedStores(t, c, 3, share, func() time.Time { return now })
+			stores := redisrig.Stores(t, c, 3, redisstore.WithLeases(share), redisstore.WithClock(func() time.Time { return now }))
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			for i := range 400 {
@@ -538,11 +505,10 @@ func TestLeasesManyKeysConcurrent(t *testing.T) {
 // its unused part (share × capacity) past the exact limit, then sees the
 // debt.
 func TestLeasesForeignDebtBounded(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	ctx := context.Background()
 	clk := llmratetest.NewClock()
-	ss := sharedStores(t, c, 2, 0.25, clk.Now)
+	ss := redisrig.Stores(t, c, 2, redisstore.WithLeases(0.25), redisstore.WithClock(clk.Now))
 	ref := llmrate.NewMemoryStore()
 	lim := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 10_000} // capacity 20,000 tokens: a lease of 5,000
 	req := llmrate.AdmitRequest{Key: "sk-d", Workspace: "sk-d", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 100, Solo: true, Now: clk.Now()}

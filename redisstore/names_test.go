@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
-	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,8 +32,7 @@ func keyedHash(secret []byte, tag, v string) string {
 // own request (the store reuses hash states across calls), and Keys and
 // ModelKeys return the same names.
 func TestKeyNamesAreKeyedHashes(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	secret := []byte("names-test-secret-0123")
 	s, err := redisstore.New(c, redisstore.WithPrefix("nm"), redisstore.WithHashKey(secret), redisstore.WithTimeout(time.Second))
 	require.NoError(t, err)
@@ -90,10 +89,9 @@ func TestKeyNamesAreKeyedHashes(t *testing.T) {
 // one-division path for its exact limb arithmetic), up to MaxPerMinute
 // figures, leave exactly the levels the memory store computes.
 func TestRefillLargeFiguresMatchMemoryStore(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	var now time.Time
-	rs := newStore(t, c, redisstore.WithClock(func() time.Time { return now }))
+	rs := redisrig.Store(t, c, redisstore.WithClock(func() time.Time { return now }))
 	ctx := context.Background()
 	type tc struct{ tpm, dtUs int64 }
 	cases := []tc{
@@ -135,11 +133,10 @@ func TestRefillLargeFiguresMatchMemoryStore(t *testing.T) {
 // WithRetryInterval), batched or not. (A deadline passing is counted:
 // TestDeadlineCountsAsRedisFailure.)
 func TestCallerGivingUpIsNotARedisFailure(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	free := llmrate.DefaultTiers().Free
 	for _, batch := range []int{1, 64} {
-		s := newStore(t, c, redisstore.WithBatching(batch), redisstore.WithRetryInterval(time.Hour))
+		s := redisrig.Store(t, c, redisstore.WithBatching(batch), redisstore.WithRetryInterval(time.Hour))
 		gone, cancel := context.WithCancel(context.Background())
 		cancel()
 		req := llmrate.AdmitRequest{Key: "sk-g", Workspace: "sk-g", KeyLimits: free, WorkspaceLimits: free, Tokens: 1, Solo: true, Now: time.Now()}

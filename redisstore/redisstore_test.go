@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -23,58 +24,34 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var prefixes atomic.Int64
-
-func client(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// testSecret is the tests' secret for key names (WithHashKey is required).
-var testSecret = []byte("redisstore-test-secret-0123456789")
-
-func newStore(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
-	t.Helper()
-	p := "t" + strconv.FormatInt(prefixes.Add(1), 10)
-	s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(p), redisstore.WithTimeout(time.Second), redisstore.WithHashKey(testSecret)}, opts...)...)
-	require.NoError(t, err)
-	return s
-}
-
 func TestConformance(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
-		return newStore(t, c, redisstore.WithClock(clock))
+		return redisrig.Store(t, c, redisstore.WithClock(clock))
 	})
 }
 
 // TestConformanceUnbatched: one script call per admission (WithBatching(1));
 // TestConformance runs the default, batched on a *redis.Client.
 func TestConformanceUnbatched(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
-		return newStore(t, c, redisstore.WithClock(clock), redisstore.WithBatching(1))
+		return redisrig.Store(t, c, redisstore.WithClock(clock), redisstore.WithBatching(1))
 	})
 }
 
 func TestConformanceBatched(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
-		return newStore(t, c, redisstore.WithClock(clock), redisstore.WithBatching(16))
+		return redisrig.Store(t, c, redisstore.WithClock(clock), redisstore.WithBatching(16))
 	})
 }
 
 // TestBatchingFewerCalls: 64 concurrent callers share script calls, and a
 // hot key still gets exactly its burst.
 func TestBatchingFewerCalls(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	s := newStore(t, c, redisstore.WithBatching(32))
+	_, c := redisrig.Start(t)
+	s := redisrig.Store(t, c, redisstore.WithBatching(32))
 	free := llmrate.DefaultTiers().Free
 	now := time.Unix(1_700_000_000, 0)
 	before := commandCalls(t, c)
@@ -114,9 +91,8 @@ func TestBatchingFewerCalls(t *testing.T) {
 // many calls are answered; each such call counts as a Redis failure, so
 // the store retries Redis at once rather than stopping for a second.)
 func TestBatchingWithdrawals(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	s := newStore(t, c, redisstore.WithBatching(4), redisstore.WithRetryInterval(0))
+	_, c := redisrig.Start(t)
+	s := redisrig.Store(t, c, redisstore.WithBatching(4), redisstore.WithRetryInterval(0))
 	lim := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
 	var wg sync.WaitGroup
 	var answered, gaveUp atomic.Int64
@@ -153,22 +129,22 @@ func TestBatchingWithdrawals(t *testing.T) {
 func TestBatchingOptionValidated(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cc.Close()
-	_, err := redisstore.New(cc, redisstore.WithHashKey(testSecret), redisstore.WithBatching(8))
+	_, err := redisstore.New(cc, redisrig.HashKey, redisstore.WithBatching(8))
 	assert.ErrorContains(t, err, "Cluster")
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	defer ring.Close()
-	_, err = redisstore.New(ring, redisstore.WithHashKey(testSecret), redisstore.WithBatching(8))
+	_, err = redisstore.New(ring, redisrig.HashKey, redisstore.WithBatching(8))
 	assert.ErrorContains(t, err, "Ring", "a Ring routes a call by its first key: a batch would put other keys' entries on the wrong shard")
 	for _, c := range []redis.UniversalClient{cc, ring} {
-		_, err = redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithBatching(1))
+		_, err = redisstore.New(c, redisrig.HashKey, redisstore.WithBatching(1))
 		assert.NoError(t, err, "%T: one admission per call", c)
-		_, err = redisstore.New(c, redisstore.WithHashKey(testSecret))
+		_, err = redisstore.New(c, redisrig.HashKey)
 		assert.NoError(t, err, "%T: unbatched by default", c)
 	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	for _, n := range []int{0, -1} {
-		_, err = redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithBatching(n))
+		_, err = redisstore.New(c, redisrig.HashKey, redisstore.WithBatching(n))
 		var ce *llmrate.ConfigError
 		require.ErrorAs(t, err, &ce, "WithBatching(%d)", n)
 		assert.Equal(t, "redisstore.WithBatching", ce.Option)
@@ -181,7 +157,7 @@ func TestConformanceCluster(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	require.NoError(t, c.ForEachShard(context.Background(), func(ctx context.Context, s *redis.Client) error { return s.Ping(ctx).Err() }))
 	llmratetest.TestStore(t, func(t *testing.T, clock func() time.Time) llmrate.Store {
-		return newStore(t, c, redisstore.WithClock(clock))
+		return redisrig.Store(t, c, redisstore.WithClock(clock))
 	})
 	// Keys were spread over the nodes, each request's two in one slot.
 	var keys int64
@@ -214,9 +190,8 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
 
 // TestOneRoundTripPerAdmission counts the commands the server ran.
 func TestOneRoundTripPerAdmission(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	s := newStore(t, c)
+	_, c := redisrig.Start(t)
+	s := redisrig.Store(t, c)
 	l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithStoreTimeout(time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
@@ -265,9 +240,8 @@ func TestOneRoundTripPerAdmission(t *testing.T) {
 
 // TestKeyNamesAndTTL: no raw key or workspace in Redis; hash tags; TTLs.
 func TestKeyNamesAndTTL(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	s := newStore(t, c, redisstore.WithHashKey([]byte("another-shared-secret")))
+	_, c := redisrig.Start(t)
+	s := redisrig.Store(t, c, redisstore.WithHashKey([]byte("another-shared-secret")))
 	const rawKey, ws = "sk-live-SECRET-abcdef123456", "acme-corp"
 	free := llmrate.DefaultTiers().Free
 	d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: rawKey, Workspace: ws, KeyLimits: free, WorkspaceLimits: free, Tokens: 1000, Now: time.Now()})
@@ -309,9 +283,8 @@ func TestKeyNamesAndTTL(t *testing.T) {
 // it to full, plus a second (computed from the levels the decision
 // reports), and it is never set more than 10 s past that.
 func TestEntryOutlivesItsDebt(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	s := newStore(t, c)
+	_, c := redisrig.Start(t)
+	s := redisrig.Store(t, c)
 	ctx := context.Background()
 	lim := llmrate.Limits{RequestsPerMinute: 600, TokensPerMinute: 60_000}
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -348,9 +321,8 @@ func TestEntryOutlivesItsDebt(t *testing.T) {
 // TestModelKeyNames: a model entry's buckets live in entries of their own,
 // in the workspace's hash slot, named by keyed hashes only.
 func TestModelKeyNames(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	s := newStore(t, c, redisstore.WithHashKey([]byte("another-shared-secret")))
+	_, c := redisrig.Start(t)
+	s := redisrig.Store(t, c, redisstore.WithHashKey([]byte("another-shared-secret")))
 	const rawKey, ws, model = "sk-live-SECRET-abcdef123456", "acme-corp", "gpt-4o*"
 	free := llmrate.DefaultTiers().Free
 	ctx := context.Background()
@@ -386,9 +358,8 @@ func TestModelKeyNames(t *testing.T) {
 // TestServerTime: without WithClock the scripts use Redis TIME; the
 // gateway's clock is ignored, so a skewed host cannot mint capacity.
 func TestServerTime(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	s := newStore(t, c)
+	_, c := redisrig.Start(t)
+	s := redisrig.Store(t, c)
 	// One request a minute: a burst of 2, and whatever time the test takes
 	// on a loaded machine refills nothing that a second could.
 	lim := llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 1000}
@@ -414,8 +385,7 @@ func TestRedisDownAndBack(t *testing.T) {
 	for _, mode := range []struct{ fallback, batch, leases bool }{{false, false, false}, {true, false, false}, {false, true, false}, {false, false, true}, {true, false, true}} {
 		fallback := mode.fallback
 		t.Run(fmt.Sprintf("fallback=%v,batching=%v,leases=%v", mode.fallback, mode.batch, mode.leases), func(t *testing.T) {
-			srv := redistest.Start(t)
-			c := client(t, srv.Addr)
+			srv, c := redisrig.Start(t)
 			// Timeouts generous enough that a loaded machine (CI under -race)
 			// never fails a call of a live server: what is tested is what
 			// happens when the server is gone, which fails at once.
@@ -429,7 +399,7 @@ func TestRedisDownAndBack(t *testing.T) {
 			if mode.leases {
 				opts = append(opts, redisstore.WithLeases(0.1))
 			}
-			s := newStore(t, c, opts...)
+			s := redisrig.Store(t, c, opts...)
 			l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithStoreTimeout(time.Second))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = l.Close(context.Background()) })
@@ -504,7 +474,7 @@ func mustKey(s *redisstore.Store, key string) string {
 func TestOptionsValidated(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	key := redisstore.WithHashKey(testSecret)
+	key := redisrig.HashKey
 	for _, tc := range []struct {
 		opt  redisstore.Option
 		name string
@@ -556,7 +526,7 @@ func TestHashKeyRequired(t *testing.T) {
 func TestFallbackEvictionsReachObserver(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 20 * time.Millisecond})
 	defer c.Close()
-	s, err := redisstore.New(c, redisstore.WithHashKey(testSecret), redisstore.WithTimeout(20*time.Millisecond),
+	s, err := redisstore.New(c, redisrig.HashKey, redisstore.WithTimeout(20*time.Millisecond),
 		redisstore.WithRetryInterval(time.Hour), redisstore.WithFallbackLocal(llmrate.WithMaxKeys(128)))
 	require.NoError(t, err)
 	obs := &evictionCounter{}
@@ -588,8 +558,7 @@ func (o *evictionCounter) Evicted()                        { o.n.Add(1) }
 // microseconds, the Redis scripts' unit. Requests name model entries at
 // random, each with buckets of its own. A failure names its seed and step.
 func TestMatchesMemoryStore(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	for _, batched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
 			var now time.Time
@@ -598,7 +567,7 @@ func TestMatchesMemoryStore(t *testing.T) {
 			if batched {
 				opts = append(opts, redisstore.WithBatching(4))
 			}
-			rs := newStore(t, c, opts...)
+			rs := redisrig.Store(t, c, opts...)
 			ctx := context.Background()
 			steps, batchedSteps := 0, 0
 			for seed := uint64(1); seed <= 150; seed++ {

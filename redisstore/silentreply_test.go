@@ -8,6 +8,7 @@ import (
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/faultproxy"
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -28,9 +29,9 @@ func silentSetup(t *testing.T, srv *redistest.Server, opts ...redisstore.Option)
 		_ = c.Close()
 		_ = p.Close()
 	})
-	prefix := uniquePrefix()
-	s = newStore(t, c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal()}, opts...)...)
-	probe = newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	prefix := redisrig.Prefix()
+	s = redisrig.Store(t, c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal()}, opts...)...)
+	probe = redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
 	return p, s, probe
 }
 
@@ -156,12 +157,11 @@ func TestSilentGaugedAdmissionAndRelease(t *testing.T) {
 // answer, when it comes, is discarded, and the bucket was debited once.
 func TestLateReplyDiscarded(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
+	c := redisrig.NewClient(t, &redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	hold := newHoldReplyHook()
 	c.AddHook(hold)
-	prefix := uniquePrefix()
-	s := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal())
+	prefix := redisrig.Prefix()
+	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal())
 	ctx := context.Background()
 	d, err := s.Admit(ctx, soloReq("sk-late", 100))
 	require.NoError(t, err)
@@ -174,7 +174,7 @@ func TestLateReplyDiscarded(t *testing.T) {
 	<-hold.held // the first attempt ran in Redis and its reply is held
 	assert.Equal(t, int64(1), s.Hedges())
 	close(hold.release) // the late answer comes now, to no one
-	probe := newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	probe := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
 	d, err = probe.Admit(ctx, soloReq("sk-late", 100))
 	require.NoError(t, err)
 	assert.Equal(t, int64(20_000-300), d.Remaining[llmrate.WorkspaceTokens], "debited once")

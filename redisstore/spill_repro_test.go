@@ -18,6 +18,7 @@ import (
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/faultproxy"
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -79,14 +80,13 @@ func TestSpillDropsWithinTimeout(t *testing.T) {
 			p, err := faultproxy.New(srv.Addr, 7)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = p.Close() })
-			c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = c.Close() })
+			c := redisrig.NewClient(t, &redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 			log := &errLog{}
 			c.AddHook(log)
 			// A timeout far above a stall of this machine under -race and
 			// parallel packages (CI saw calls pass 250 ms), so that only
 			// lost replies, never slowness, can fail a call.
-			s := newStore(t, c, append(m.opts, redisstore.WithTimeout(3*time.Second), redisstore.WithClock(frozen))...)
+			s := redisrig.Store(t, c, append(m.opts, redisstore.WithTimeout(3*time.Second), redisstore.WithClock(frozen))...)
 			big := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 100_000_000}
 			ctx := context.Background()
 			// Warm the pool and the scripts without faults.
@@ -148,9 +148,8 @@ func TestSpillBreakerFailOpensPerError(t *testing.T) {
 	spillRepro(t)
 	srv := redistest.Start(t)
 	p := newFaultProxy(t, srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
-	s := newStore(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(50*time.Millisecond))
+	c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(50*time.Millisecond))
 	ctx := context.Background()
 	_, err := s.Admit(ctx, soloReq("sk-fo", 1))
 	require.NoError(t, err)
@@ -182,11 +181,10 @@ func TestSpillBreakerFailOpensPerError(t *testing.T) {
 func TestSpillBreakerBypassesLease(t *testing.T) {
 	srv := redistest.Start(t)
 	p := newFaultProxy(t, srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
+	c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	calls := &scriptCounter{}
 	c.AddHook(calls)
-	s := newStore(t, c, redisstore.WithClock(frozen), redisstore.WithLeases(0.25), redisstore.WithFallbackLocal(),
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithLeases(0.25), redisstore.WithFallbackLocal(),
 		redisstore.WithTimeout(50*time.Millisecond))
 	ctx := context.Background()
 	for range 2 { // the second call finds the key busy and takes a lease

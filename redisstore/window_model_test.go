@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
-	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/stretchr/testify/require"
 )
@@ -264,10 +264,9 @@ func (m *refModel) reconcile(r llmrate.AdmitRequest, rec llmrate.ReconcileReques
 // figure changes, decided by Redis exactly as by an independent big.Rat
 // model: every Decision field, window levels included.
 func TestWindowsMatchReference(t *testing.T) {
-	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	_, c := redisrig.Start(t)
 	var now time.Time
-	rs := newStore(t, c, redisstore.WithClock(func() time.Time { return now }))
+	rs := redisrig.Store(t, c, redisstore.WithClock(func() time.Time { return now }))
 	ctx := context.Background()
 	pers := []time.Duration{time.Second, time.Minute, 90500 * time.Millisecond, time.Hour, 24 * time.Hour, 744 * time.Hour}
 	steps, refused, windowRefusals, reservations := 0, 0, 0, 0

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -47,7 +48,7 @@ func windowStore(t *testing.T, opts ...redisstore.Option) (*redisstore.Store, *f
 	t.Helper()
 	srv := redistest.Start(t)
 	clk := newFakeClock()
-	return newStore(t, client(t, srv.Addr), append([]redisstore.Option{redisstore.WithClock(clk.now)}, opts...)...), clk, srv
+	return redisrig.Store(t, redisrig.Client(t, srv.Addr), append([]redisstore.Option{redisstore.WithClock(clk.now)}, opts...)...), clk, srv
 }
 
 // TestWindowDailyQuotaRefillsOneEvery57_6s: 1,500 requests per day hold
@@ -290,7 +291,7 @@ func TestWindowSolo(t *testing.T) {
 	require.False(t, d.Allowed)
 	assert.Equal(t, llmrate.KeyRequests, d.Refused)
 	assert.Equal(t, 24*time.Hour, d.Window)
-	keys, err := client(t, srv.Addr).Keys(ctx, "*").Result()
+	keys, err := redisrig.Client(t, srv.Addr).Keys(ctx, "*").Result()
 	require.NoError(t, err)
 	assert.Len(t, keys, 2, "the workspace's entry and one window bucket")
 }
@@ -383,7 +384,7 @@ func TestWindowDailyTrillionExact(t *testing.T) {
 // keyed hashes only.
 func TestWindowKeysExpireOnceRefilled(t *testing.T) {
 	s, _, srv := windowStore(t)
-	c := client(t, srv.Addr)
+	c := redisrig.Client(t, srv.Addr)
 	ctx := context.Background()
 	lim := withWindows(roomy, llmrate.Window{Per: 24 * time.Hour, Requests: 1_500, Tokens: 1_000_000})
 	const raw = "sk-live-SECRET-expiry"
@@ -422,7 +423,7 @@ func TestWindowKeysExpireOnceRefilled(t *testing.T) {
 // script call each, gauges and windows of both scopes included.
 func TestWindowOneRoundTrip(t *testing.T) {
 	s, _, srv := windowStore(t)
-	c := client(t, srv.Addr)
+	c := redisrig.Client(t, srv.Addr)
 	ctx := context.Background()
 	kl := withWindows(llmrate.Limits{RequestsPerMinute: 100, TokensPerMinute: 100_000, ConcurrentRequests: 5},
 		llmrate.Window{Per: 24 * time.Hour, Requests: 1_000, Tokens: 1_000_000}, llmrate.Window{Per: time.Minute, InputTokens: 10_000, OutputTokens: 1_000})
