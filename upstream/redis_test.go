@@ -1,19 +1,32 @@
 package upstream_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/llmrate/llmrate/upstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// redisRig is a rig whose Transport keeps its keys' buckets in a
+// redisstore.Store on srv, on a client of its own (as a gateway process
+// has one), with opts after the store's defaults (redisrig.Stores).
+func redisRig(t *testing.T, srv *redistest.Server, p *provider, clk *fakeClock, keys []upstream.Key, opts ...redisstore.Option) *rig {
+	t.Helper()
+	c := redisrig.NewClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	s := redisrig.Stores(t, c, 1, append([]redisstore.Option{redisstore.WithClock(clk.Now)}, opts...)...)[0]
+	rec := &recorder{}
+	tr, err := upstream.New(keys, upstream.WithStore(s), upstream.WithClock(clk.Now), upstream.WithObserver(rec), upstream.WithStoreTimeout(time.Second))
+	require.NoError(t, err)
+	return &rig{p: p, clk: clk, rec: rec, tr: tr, keys: keys}
+}
 
 // Two gateway processes (two Transports, two clients, two stores) sharing
 // one Redis hold each key to one limit: admissions and charges made by one
@@ -23,17 +36,10 @@ func TestRedisSharesKeyLimits(t *testing.T) {
 	clk := newClock()
 	p := newProvider(t)
 	keys := []upstream.Key{bearerKey("a", "sk-a", 2, 1200), bearerKey("b", "sk-b", 100, 100_000)}
+	prefix := redisrig.Prefix()
 	var procs [2]*rig
 	for i := range procs {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = c.Close() })
-		s, err := redisstore.New(c, redisstore.WithHashKey([]byte("0123456789abcdef-test-only")), redisstore.WithClock(clk.Now), redisstore.WithTimeout(time.Second))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
-		rec := &recorder{}
-		tr, err := upstream.New(keys, upstream.WithStore(s), upstream.WithClock(clk.Now), upstream.WithObserver(rec), upstream.WithStoreTimeout(time.Second))
-		require.NoError(t, err)
-		procs[i] = &rig{p: p, clk: clk, rec: rec, tr: tr, keys: keys}
+		procs[i] = redisRig(t, srv, p, clk, keys, redisstore.WithPrefix(prefix))
 	}
 	// a's requests: 2 RPM, a key holding 1× its figures: 2, shared.
 	procs[0].post(t, chat("m", 400))
@@ -66,19 +72,9 @@ func TestRedisSharesKeyLimits(t *testing.T) {
 // A provider 429 on a Redis-backed Transport fails over; the synthesized 429
 // reads its Retry-After from the shared buckets.
 func TestRedisFailoverAndSynthesized429(t *testing.T) {
-	srv := redistest.Start(t)
-	clk := newClock()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
-	s, err := redisstore.New(c, redisstore.WithHashKey([]byte("0123456789abcdef-test-only")), redisstore.WithClock(clk.Now), redisstore.WithTimeout(time.Second))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	p := newProvider(t)
-	rec := &recorder{}
 	keys := []upstream.Key{bearerKey("a", "sk-a", 100, 100_000), bearerKey("b", "sk-b", 100, 1200)}
-	tr, err := upstream.New(keys, upstream.WithStore(s), upstream.WithClock(clk.Now), upstream.WithObserver(rec), upstream.WithStoreTimeout(time.Second))
-	require.NoError(t, err)
-	r := &rig{p: p, clk: clk, rec: rec, tr: tr, keys: keys}
+	r := redisRig(t, redistest.Start(t), newProvider(t), newClock(), keys)
+	p, rec := r.p, r.rec
 	p.on("sk-a", tooMany("Retry-After", "40"))
 	p.on("sk-b", openAIJSON(1100, 50, "b")) // b keeps 1,200 - 1,150 = 50
 	resp, _ := r.post(t, chat("m", 400))
@@ -98,19 +94,9 @@ func TestRedisFailoverAndSynthesized429(t *testing.T) {
 // Redis store the refund must give the request back too: key a (1 RPM, a
 // burst of 2) whose attempts all failed at dial still has its whole burst.
 func TestRedisDialErrorRefundsRequest(t *testing.T) {
-	srv := redistest.Start(t)
-	clk := newClock()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
-	s, err := redisstore.New(c, redisstore.WithHashKey([]byte("0123456789abcdef-test-only")), redisstore.WithClock(clk.Now), redisstore.WithTimeout(time.Second))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	p := newProvider(t)
-	rec := &recorder{}
 	keys := []upstream.Key{bearerKey("a", "sk-a", 1, 1000)}
-	tr, err := upstream.New(keys, upstream.WithStore(s), upstream.WithClock(clk.Now), upstream.WithObserver(rec), upstream.WithStoreTimeout(time.Second))
-	require.NoError(t, err)
-	r := &rig{p: p, clk: clk, rec: rec, tr: tr, keys: keys}
+	r := redisRig(t, redistest.Start(t), newProvider(t), newClock(), keys)
+	rec := r.rec
 	url := closedURL(t)
 	for range 2 {
 		_, err := r.client().Post(url, "application/json", strings.NewReader(chat("m", 400)))
