@@ -125,8 +125,7 @@ func TestResponseCompletesBeforeReconcile(t *testing.T) {
 // TestHonoursContext: the store ends every call by its context's
 // deadline whatever the client, so the limiter always calls it directly.
 func TestHonoursContext(t *testing.T) {
-	off := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer off.Close()
+	off := redisrig.NewClient(t, &redis.Options{Addr: "127.0.0.1:1"})
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cluster.Close()
 	for _, c := range []redis.UniversalClient{off, cluster} {

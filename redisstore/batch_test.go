@@ -243,7 +243,7 @@ func TestDeadlineCountsAsRedisFailure(t *testing.T) {
 		}
 		mu.Unlock()
 	})
-	c := redisrig.NewClient(t, &redis.Options{Addr: l.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	c := redisrig.ContextClient(t, l.Addr().String())
 	lim := llmrate.DefaultTiers().Free
 	for _, batch := range []int{1, 64} {
 		s, err := redisstore.New(c, redisrig.HashKey, redisstore.WithBatching(batch), redisstore.WithRetryInterval(0))

@@ -113,6 +113,13 @@ func (p *faultProxy) setDown(down bool) {
 // frozen is the scripts' clock in the fault tests: nothing refills.
 func frozen() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }
 
+// probeStore is a store on c that reads the levels under prefix: on the
+// frozen clock, each admission decided by Redis (no lease, no batch).
+func probeStore(t *testing.T, c redis.UniversalClient, prefix string) *redisstore.Store {
+	t.Helper()
+	return redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+}
+
 var solo1k = llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 10_000}
 
 func soloReq(key string, tokens int64) llmrate.AdmitRequest {
@@ -159,7 +166,7 @@ func TestLostAdmissionReplyDebitsOnce(t *testing.T) {
 				// bucket: 2×1000 requests less three, 2×10,000 tokens less
 				// 300 (less the lease, which the leased store's Remaining
 				// leaves out: its level plus what it holds is the same).
-				probe := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+				probe := probeStore(t, c, prefix)
 				d, err = probe.Admit(ctx, soloReq("sk-lost", 100))
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
@@ -203,7 +210,7 @@ func TestReconcileAppliedOnce(t *testing.T) {
 			require.NoError(t, s.Reconcile(ctx, rr))
 			assert.Zero(t, p.drop.Load(), "the reply was dropped")
 			require.NoError(t, s.Reconcile(ctx, rr), "the caller resends it too")
-			probe := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+			probe := probeStore(t, c, prefix)
 			d, err = probe.Admit(ctx, soloReq("sk-rec", 1))
 			require.NoError(t, err)
 			assert.Equal(t, int64(20_000-15_000+3_000-1), d.Remaining[llmrate.WorkspaceTokens], "the 3,000 credited once")
@@ -233,7 +240,7 @@ func TestRefundOnce(t *testing.T) {
 				Estimate: 300, Actual: 1_000_000, Refund: true, Now: time.Now(), ID: a.ID, Receipt: d.Receipt}
 			require.NoError(t, s.Reconcile(ctx, rr))
 			require.NoError(t, s.Reconcile(ctx, rr), "sent again: applied once")
-			probe := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+			probe := probeStore(t, c, prefix)
 			a.Tokens, a.ID = 1, ""
 			d, err = probe.Admit(ctx, a)
 			require.NoError(t, err)
@@ -289,7 +296,7 @@ func TestCancellationNeverCounted(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			p := newFaultProxy(t, srv.Addr)
-			c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+			c := redisrig.ContextClient(t, p.addr)
 			s := redisrig.Store(t, c, append(m.opts, redisstore.WithClock(frozen), redisstore.WithRetryInterval(time.Hour), redisstore.WithTimeout(200*time.Millisecond))...)
 			t.Cleanup(func() { _ = s.Close(context.Background()) })
 			r := soloReq("sk-x", 1)
@@ -330,11 +337,11 @@ func TestCancellationNeverCounted(t *testing.T) {
 func TestReconcileGoesToDecidingStore(t *testing.T) {
 	srv := redistest.Start(t)
 	p := newFaultProxy(t, srv.Addr)
-	c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	c := redisrig.ContextClient(t, p.addr)
 	prefix := redisrig.Prefix()
 	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1),
 		redisstore.WithFallbackLocal(), redisstore.WithRetryInterval(0))
-	probe := redisrig.Store(t, redisrig.Client(t, srv.Addr), redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	probe := probeStore(t, redisrig.Client(t, srv.Addr), prefix)
 	ctx := context.Background()
 	redisLevel := func() int64 {
 		t.Helper()
@@ -393,7 +400,7 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 func TestBreakerProbesOneAtATime(t *testing.T) {
 	srv := redistest.Start(t)
 	p := newFaultProxy(t, srv.Addr)
-	c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	c := redisrig.ContextClient(t, p.addr)
 	calls := &scriptCounter{}
 	c.AddHook(calls)
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal(),
@@ -487,7 +494,7 @@ func TestLeaseWaiterGetsFallback(t *testing.T) {
 // number of lease records out on it.
 func leaseLevels(t *testing.T, c *redis.Client, prefix, key string) (tokens int64, records int64) {
 	t.Helper()
-	probe := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	probe := probeStore(t, c, prefix)
 	d, err := probe.Admit(context.Background(), soloReq(key, 0))
 	require.NoError(t, err)
 	_, w := probe.Keys(key, key)

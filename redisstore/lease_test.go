@@ -33,8 +33,7 @@ func TestConformanceLeases(t *testing.T) {
 }
 
 func TestLeasesOptionValidated(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	c := redisrig.NewClient(t, &redis.Options{Addr: "127.0.0.1:1"})
 	for _, share := range []float64{0, -0.1, 0.2500001, 1, math.NaN(), math.Inf(1)} {
 		_, err := redisstore.New(c, redisrig.HashKey, redisstore.WithLeases(share))
 		assert.Error(t, err, "%v", share)

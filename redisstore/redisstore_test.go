@@ -141,8 +141,7 @@ func TestBatchingOptionValidated(t *testing.T) {
 		_, err = redisstore.New(c, redisrig.HashKey)
 		assert.NoError(t, err, "%T: unbatched by default", c)
 	}
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	c := redisrig.NewClient(t, &redis.Options{Addr: "127.0.0.1:1"})
 	for _, n := range []int{0, -1} {
 		_, err = redisstore.New(c, redisrig.HashKey, redisstore.WithBatching(n))
 		var ce *llmrate.ConfigError
@@ -472,8 +471,7 @@ func mustKey(s *redisstore.Store, key string) string {
 // TestOptionsValidated: every invalid option is reported, each as a
 // *llmrate.ConfigError naming it, all of them at once.
 func TestOptionsValidated(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	c := redisrig.NewClient(t, &redis.Options{Addr: "127.0.0.1:1"})
 	key := redisrig.HashKey
 	for _, tc := range []struct {
 		opt  redisstore.Option
@@ -510,8 +508,7 @@ func TestOptionsValidated(t *testing.T) {
 // operator sets; there is no default (a public default would let anyone who
 // can read Redis test guessed API keys against the names).
 func TestHashKeyRequired(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	c := redisrig.NewClient(t, &redis.Options{Addr: "127.0.0.1:1"})
 	_, err := redisstore.New(c)
 	var ce *llmrate.ConfigError
 	require.ErrorAs(t, err, &ce)
@@ -524,8 +521,7 @@ func TestHashKeyRequired(t *testing.T) {
 // TestFallbackEvictionsReachObserver: evictions in the local fallback
 // store reach the limiter's observer.
 func TestFallbackEvictionsReachObserver(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 20 * time.Millisecond})
-	defer c.Close()
+	c := redisrig.NewClient(t, &redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 20 * time.Millisecond})
 	s, err := redisstore.New(c, redisrig.HashKey, redisstore.WithTimeout(20*time.Millisecond),
 		redisstore.WithRetryInterval(time.Hour), redisstore.WithFallbackLocal(llmrate.WithMaxKeys(128)))
 	require.NoError(t, err)

@@ -10,7 +10,6 @@ import (
 	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -24,14 +23,11 @@ func silentSetup(t *testing.T, srv *redistest.Server, opts ...redisstore.Option)
 	t.Helper()
 	p, err := faultproxy.New(srv.Addr, 1)
 	require.NoError(t, err)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() {
-		_ = c.Close()
-		_ = p.Close()
-	})
+	t.Cleanup(func() { _ = p.Close() })
+	c := redisrig.ContextClient(t, p.Addr())
 	prefix := redisrig.Prefix()
 	s = redisrig.Store(t, c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal()}, opts...)...)
-	probe = redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	probe = probeStore(t, c, prefix)
 	return p, s, probe
 }
 
@@ -157,7 +153,7 @@ func TestSilentGaugedAdmissionAndRelease(t *testing.T) {
 // answer, when it comes, is discarded, and the bucket was debited once.
 func TestLateReplyDiscarded(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redisrig.NewClient(t, &redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	c := redisrig.ContextClient(t, srv.Addr)
 	hold := newHoldReplyHook()
 	c.AddHook(hold)
 	prefix := redisrig.Prefix()
@@ -174,7 +170,7 @@ func TestLateReplyDiscarded(t *testing.T) {
 	<-hold.held // the first attempt ran in Redis and its reply is held
 	assert.Equal(t, int64(1), s.Hedges())
 	close(hold.release) // the late answer comes now, to no one
-	probe := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	probe := probeStore(t, c, prefix)
 	d, err = probe.Admit(ctx, soloReq("sk-late", 100))
 	require.NoError(t, err)
 	assert.Equal(t, int64(20_000-300), d.Remaining[llmrate.WorkspaceTokens], "debited once")

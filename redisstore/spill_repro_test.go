@@ -80,7 +80,7 @@ func TestSpillDropsWithinTimeout(t *testing.T) {
 			p, err := faultproxy.New(srv.Addr, 7)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = p.Close() })
-			c := redisrig.NewClient(t, &redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+			c := redisrig.ContextClient(t, p.Addr())
 			log := &errLog{}
 			c.AddHook(log)
 			// A timeout far above a stall of this machine under -race and
@@ -148,7 +148,7 @@ func TestSpillBreakerFailOpensPerError(t *testing.T) {
 	spillRepro(t)
 	srv := redistest.Start(t)
 	p := newFaultProxy(t, srv.Addr)
-	c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	c := redisrig.ContextClient(t, p.addr)
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(50*time.Millisecond))
 	ctx := context.Background()
 	_, err := s.Admit(ctx, soloReq("sk-fo", 1))
@@ -181,7 +181,7 @@ func TestSpillBreakerFailOpensPerError(t *testing.T) {
 func TestSpillBreakerBypassesLease(t *testing.T) {
 	srv := redistest.Start(t)
 	p := newFaultProxy(t, srv.Addr)
-	c := redisrig.NewClient(t, &redis.Options{Addr: p.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	c := redisrig.ContextClient(t, p.addr)
 	calls := &scriptCounter{}
 	c.AddHook(calls)
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithLeases(0.25), redisstore.WithFallbackLocal(),

@@ -59,6 +59,14 @@ func Client(t testing.TB, addr string) *redis.Client {
 	return NewClient(t, &redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 }
 
+// ContextClient returns a client on addr as docs/redis.md builds one: it
+// ends a call at its context's deadline (ContextTimeoutEnabled) and never
+// retries a command itself (MaxRetries -1); closed when the test ends.
+func ContextClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	return NewClient(t, &redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+}
+
 // NewClient returns redis.NewClient(opts), closed when the test ends.
 func NewClient(t testing.TB, opts *redis.Options) *redis.Client {
 	t.Helper()
