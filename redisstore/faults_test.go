@@ -110,6 +110,16 @@ func (p *faultProxy) setDown(down bool) {
 	}
 }
 
+// faultyRedis starts a redis-server and a faultProxy in front of it, and
+// returns them with docs/redis.md's client (redisrig.ContextClient)
+// through the proxy.
+func faultyRedis(t *testing.T) (*redistest.Server, *faultProxy, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	p := newFaultProxy(t, srv.Addr)
+	return srv, p, redisrig.ContextClient(t, p.addr)
+}
+
 // frozen is the scripts' clock in the fault tests: nothing refills.
 func frozen() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }
 
@@ -335,9 +345,7 @@ func TestCancellationNeverCounted(t *testing.T) {
 // Redis is down fails (for the limiter to retry) rather than land in the
 // fallback.
 func TestReconcileGoesToDecidingStore(t *testing.T) {
-	srv := redistest.Start(t)
-	p := newFaultProxy(t, srv.Addr)
-	c := redisrig.ContextClient(t, p.addr)
+	srv, p, c := faultyRedis(t)
 	prefix := redisrig.Prefix()
 	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1),
 		redisstore.WithFallbackLocal(), redisstore.WithRetryInterval(0))
@@ -398,9 +406,7 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // probe at a time once the retry interval has passed; the first probe that
 // succeeds closes it.
 func TestBreakerProbesOneAtATime(t *testing.T) {
-	srv := redistest.Start(t)
-	p := newFaultProxy(t, srv.Addr)
-	c := redisrig.ContextClient(t, p.addr)
+	_, p, c := faultyRedis(t)
 	calls := &scriptCounter{}
 	c.AddHook(calls)
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal(),

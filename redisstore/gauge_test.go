@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
-	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/llmratetest"
 	"github.com/llmrate/llmrate/redisstore"
@@ -200,8 +199,8 @@ func TestGaugeLiveProcessRefreshed(t *testing.T) {
 // TestGaugeNeedsID: a gauged admission without an ID could never be
 // released: refused with llmrate.ErrNoAdmissionID, as the memory store does.
 func TestGaugeNeedsID(t *testing.T) {
-	srv := redistest.Start(t)
-	s := redisrig.Store(t, redisrig.Client(t, srv.Addr))
+	_, c := redisrig.Start(t)
+	s := redisrig.Store(t, c)
 	r := gaugedReq(1, 0)
 	r.ID = ""
 	_, err := s.Admit(context.Background(), r)
@@ -280,8 +279,8 @@ func TestReservationWithLeases(t *testing.T) {
 // still stops this process refreshing its slots, so a release that never
 // lands frees the slot a slot life later rather than never.
 func TestGaugeReleaseFailedStopsRefresh(t *testing.T) {
-	srv := redistest.Start(t)
-	s := redisrig.Stores(t, redisrig.Client(t, srv.Addr), 1)[0]
+	srv, c := redisrig.Start(t)
+	s := redisrig.Stores(t, c, 1)[0]
 	r := gaugedReq(1, 1)
 	d, err := s.Admit(context.Background(), r)
 	require.NoError(t, err)
@@ -323,8 +322,8 @@ func (o *waitObserver) last() time.Duration {
 // response has ended, and a request that fits within WithMaxWait is served
 // after its wait instead of refused; nothing fails open.
 func TestLimiterGaugeAndWaitOverRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	s := redisrig.Stores(t, redisrig.Client(t, srv.Addr), 1)[0]
+	_, c := redisrig.Start(t)
+	s := redisrig.Stores(t, c, 1)[0]
 	// 6,000 TPM: a bucket of 12,000 tokens refilling 100 a second; every
 	// request is estimated (400 bytes / 4) and charged 100 tokens.
 	lim := llmrate.Limits{RequestsPerMinute: 100_000, TokensPerMinute: 6000, ConcurrentRequests: 1}

@@ -146,9 +146,7 @@ func TestSpillDropsWithinTimeout(t *testing.T) {
 // (30 in well under 100 ms).
 func TestSpillBreakerFailOpensPerError(t *testing.T) {
 	spillRepro(t)
-	srv := redistest.Start(t)
-	p := newFaultProxy(t, srv.Addr)
-	c := redisrig.ContextClient(t, p.addr)
+	_, p, c := faultyRedis(t)
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(50*time.Millisecond))
 	ctx := context.Background()
 	_, err := s.Admit(ctx, soloReq("sk-fo", 1))
@@ -179,9 +177,7 @@ func TestSpillBreakerFailOpensPerError(t *testing.T) {
 // reset: 326 for 21; bench/spill-2026-12-01b.txt); this is one path that
 // does it (lease waiters whose deadline passes are the other).
 func TestSpillBreakerBypassesLease(t *testing.T) {
-	srv := redistest.Start(t)
-	p := newFaultProxy(t, srv.Addr)
-	c := redisrig.ContextClient(t, p.addr)
+	_, p, c := faultyRedis(t)
 	calls := &scriptCounter{}
 	c.AddHook(calls)
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithLeases(0.25), redisstore.WithFallbackLocal(),

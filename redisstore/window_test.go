@@ -46,9 +46,9 @@ func withWindows(l llmrate.Limits, ws ...llmrate.Window) llmrate.Limits {
 
 func windowStore(t *testing.T, opts ...redisstore.Option) (*redisstore.Store, *fakeClock, *redistest.Server) {
 	t.Helper()
-	srv := redistest.Start(t)
+	srv, c := redisrig.Start(t)
 	clk := newFakeClock()
-	return redisrig.Store(t, redisrig.Client(t, srv.Addr), append([]redisstore.Option{redisstore.WithClock(clk.now)}, opts...)...), clk, srv
+	return redisrig.Store(t, c, append([]redisstore.Option{redisstore.WithClock(clk.now)}, opts...)...), clk, srv
 }
 
 // TestWindowDailyQuotaRefillsOneEvery57_6s: 1,500 requests per day hold
