@@ -21,8 +21,6 @@ import (
 	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // Secret is the tests' secret for key names (redisstore.WithHashKey is
@@ -82,7 +80,9 @@ func NewClient(t testing.TB, opts *redis.Options) *redis.Client {
 func Store(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
 	s, err := redisstore.New(c, options(Prefix(), opts)...)
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("redisstore.New: %v", err)
+	}
 	return s
 }
 
@@ -95,8 +95,14 @@ func Stores(t testing.TB, c redis.UniversalClient, n int, opts ...redisstore.Opt
 	out := make([]*redisstore.Store, n)
 	for i := range out {
 		s, err := redisstore.New(c, options(p, opts)...)
-		require.NoError(t, err)
-		t.Cleanup(func() { assert.NoError(t, s.Close(context.Background())) })
+		if err != nil {
+			t.Fatalf("redisstore.New: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := s.Close(context.Background()); err != nil {
+				t.Errorf("closing store %d of %d: %v", i+1, n, err)
+			}
+		})
 		out[i] = s
 	}
 	return out
