@@ -7,8 +7,6 @@ import (
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // TestStoresSharePrefixes: the stores of one Stores call keep one set of
@@ -18,26 +16,31 @@ import (
 func TestStoresSharePrefixes(t *testing.T) {
 	_, c := redisrig.Start(t)
 	lim := llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 1000}
-	admit := func(s *redisstore.Store) bool {
+	// want admits one request through s and checks the answer.
+	want := func(s *redisstore.Store, allowed bool, why string) {
 		t.Helper()
 		d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-p", Workspace: "sk-p", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true})
-		require.NoError(t, err)
-		return d.Allowed
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != allowed {
+			t.Errorf("admitted %v, want %v: %s", d.Allowed, allowed, why)
+		}
 	}
 	ss := redisrig.Stores(t, c, 2)
-	assert.True(t, admit(ss[0]))
-	assert.True(t, admit(ss[1]))
-	assert.False(t, admit(ss[0]), "the burst of 2 is shared")
-	assert.False(t, admit(ss[1]), "the burst of 2 is shared")
+	want(ss[0], true, "the burst's first")
+	want(ss[1], true, "the burst's second")
+	want(ss[0], false, "the burst of 2 is shared")
+	want(ss[1], false, "the burst of 2 is shared")
 
 	s := redisrig.Store(t, c)
-	assert.True(t, admit(s), "a Store has buckets of its own")
-	assert.True(t, admit(s))
-	assert.False(t, admit(s))
+	want(s, true, "a Store has buckets of its own")
+	want(s, true, "its burst's second")
+	want(s, false, "its burst spent")
 
 	p := redisrig.Prefix()
 	a, b := redisrig.Store(t, c, redisstore.WithPrefix(p)), redisrig.Store(t, c, redisstore.WithPrefix(p))
-	assert.True(t, admit(a))
-	assert.True(t, admit(b))
-	assert.False(t, admit(a), "WithPrefix after the defaults wins")
+	want(a, true, "the shared burst's first")
+	want(b, true, "the shared burst's second")
+	want(a, false, "WithPrefix after the defaults wins")
 }
