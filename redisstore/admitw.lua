@@ -3,8 +3,10 @@
 -- atomic step, all or nothing, with a bounded wait (MaxWait) as
 -- admitx.lua has it. Concatenated after arith.lua, admitone.lua, one of
 -- xplain.lua or xlease.lua (as admitx.lua: they define xget, xput, LK and
--- LW) and window.lua. Admissions without windows never run it: admit.lua,
--- batch.lua, lease.lua and admitx.lua are as they were.
+-- LW) and window.lua. An admission with a priority reserve
+-- (AdmitRequest.Reserve) runs it too, windows or not (then nw = 0), with
+-- its floors in ARGV[11]. Admissions with neither never run it:
+-- admit.lua, batch.lua, lease.lua and admitx.lua are as they were.
 -- KEYS[1]: the key's entry, KEYS[2]: the workspace's entry, KEYS[3] and
 -- KEYS[4]: the key's and the workspace's gauges, then with leases the
 -- key's and the workspace's lease hashes (LK, LW); then one entry per

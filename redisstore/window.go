@@ -15,8 +15,11 @@ import (
 // Windows (llmrate.Limits Windows). An admission or a reconcile whose
 // figures carry windows runs scripts of its own (admitw.lua,
 // reconcilew.lua), still one round trip: the four per-minute buckets, every
-// window bucket and the gauges in one atomic step, all or nothing. Every
-// other admission and reconcile runs the scripts it ran before, unchanged.
+// window bucket and the gauges in one atomic step, all or nothing. An
+// admission with a priority reserve runs admitw.lua too, windows or not,
+// with its floors (reserveFloors); its reconcile is as without a reserve.
+// Every other admission and reconcile runs the scripts it ran before,
+// unchanged.
 // Such an admission bypasses batching and leases (with WithLeases it is
 // decided in Redis against the levels the lease scripts keep, as a gauged
 // one is), and its reconcile goes to Redis in one call that also applies
