@@ -11,6 +11,7 @@ import (
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -124,9 +125,16 @@ func (m *refModel) admitReserved(r llmrate.AdmitRequest, now int64) llmrate.Deci
 // (ByReserve included).
 func TestReservesMatchReference(t *testing.T) {
 	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	// One connection: no hedge is ever sent (it would need a second), so
+	// no late duplicate of a refused admission can land after the next
+	// step on a loaded machine and spend what the model still holds.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
 	var now time.Time
-	rs := newStore(t, c, redisstore.WithClock(func() time.Time { return now }))
+	rs, err := redisstore.New(c, redisstore.WithHashKey(prioSecret), redisstore.WithTimeout(10*time.Second),
+		redisstore.WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, rs.Close(context.Background())) })
 	ctx := context.Background()
 	pers := []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour, 744 * time.Hour}
 	steps, refused, byReserve, reservations, reservedAdmits := 0, 0, 0, 0, 0
@@ -251,9 +259,7 @@ func TestReservesMatchReference(t *testing.T) {
 // after 999,999 the next token is refused by the reserve.
 func TestReserveFloorsExactAtLargestFigures(t *testing.T) {
 	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
-	clk := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	s := newStore(t, c, redisstore.WithClock(func() time.Time { return clk }))
+	s := prioStore(t, srv.Addr, "", time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
 	ctx := context.Background()
 	const figure, r, floor = 999_999_999_998, llmrate.MaxReserve, 999_998_999_999
 	require.Equal(t, int64(floor), refFloor(r, figure))
