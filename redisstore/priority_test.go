@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/faultproxy"
 	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -382,4 +383,50 @@ func TestReserveWithBatching(t *testing.T) {
 	assert.Equal(t, int64(50), admitted)
 	t.Logf("640 plain admissions in %d script calls", calls)
 	assert.Less(t, calls, int64(640), "plain requests still share calls")
+}
+
+// TestReserveSilentReplyHedgedOnce: a reserved admission whose reply is
+// lost on a connection that stays open is hedged with its identity and
+// decided by Redis within the timeout, debited once: the class still
+// reaches exactly its share of the bucket, no more.
+func TestReserveSilentReplyHedgedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	p, err := faultproxy.New(srv.Addr, 1)
+	require.NoError(t, err)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = p.Close()
+	})
+	s, err := redisstore.New(c, redisstore.WithHashKey(prioSecret), redisstore.WithPrefix("priosilent"), redisstore.WithTimeout(time.Second),
+		redisstore.WithClock(func() time.Time { return prioClock }), redisstore.WithFallbackLocal())
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s.Close(context.Background())) })
+	ctx := context.Background()
+	lim := llmrate.Limits{RequestsPerMinute: 5, TokensPerMinute: 1_000} // 10 requests, floor 5 at one half
+	req := func() llmrate.AdmitRequest {
+		return llmrate.AdmitRequest{Key: "sk-s", Workspace: "sk-s", Solo: true, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1,
+			ID: llmrate.NewAdmissionID(), Reserve: 500_000}
+	}
+	d, err := s.Admit(ctx, req()) // loads the script
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	p.SilenceNext(1)
+	d, err = s.Admit(ctx, req())
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Empty(t, d.Receipt, "decided by Redis, not by the fallback")
+	assert.Equal(t, int64(1), p.Stats().Silenced)
+	assert.Equal(t, int64(1), s.Hedges())
+	assert.Equal(t, int64(8), d.Remaining[llmrate.KeyRequests], "debited once")
+	for range 3 {
+		d, err = s.Admit(ctx, req())
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	d, err = s.Admit(ctx, req())
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "5 of 10 taken: the rest is the reserve")
+	assert.True(t, d.ByReserve)
+	assert.Equal(t, int64(5), d.Remaining[llmrate.KeyRequests])
 }
