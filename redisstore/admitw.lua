@@ -3,8 +3,10 @@
 -- atomic step, all or nothing, with a bounded wait (MaxWait) as
 -- admitx.lua has it. Concatenated after arith.lua, admitone.lua, one of
 -- xplain.lua or xlease.lua (as admitx.lua: they define xget, xput, LK and
--- LW) and window.lua. Admissions without windows never run it: admit.lua,
--- batch.lua, lease.lua and admitx.lua are as they were.
+-- LW) and window.lua. An admission with a priority reserve
+-- (AdmitRequest.Reserve) runs it too, windows or not (then nw = 0), with
+-- its floors in ARGV[11]. Admissions with neither never run it:
+-- admit.lua, batch.lua, lease.lua and admitx.lua are as they were.
 -- KEYS[1]: the key's entry, KEYS[2]: the workspace's entry, KEYS[3] and
 -- KEYS[4]: the key's and the workspace's gauges, then with leases the
 -- key's and the workspace's lease hashes (LK, LW); then one entry per
@@ -15,9 +17,18 @@
 -- ARGV[9]: the input estimate; ARGV[10]: the window buckets, one WSPEC
 -- each, in the order they are checked (the key's windows in order, in
 -- each requests, tokens, input, output; then the workspace's).
+-- ARGV[11] (optional: only with a priority reserve, AdmitRequest.Reserve)
+-- the reserve's floors, little-endian doubles: the four per-minute
+-- buckets', each window bucket's in ARGV[10]'s order, then the key's and
+-- the workspace's gauges'. Each is an exact integer computed by the caller
+-- (llmrate.ReserveFloor, at most 2 × 10^12, so an exact double). A bucket
+-- admits only while it holds its need plus its floor; a gauge only while
+-- its count plus one plus its floor is within its figure.
 -- Returns {allowed, refused, retry_us, never, kr, kt, wr, wt, wait_us,
 -- the refusing window bucket (1-based; 0: none), then each window
--- bucket's level}.
+-- bucket's level}; never is 1 when the request can never fit, plus 2 when
+-- a floor refused it: the refusing bucket or gauge had room for it, not
+-- above its floor (Decision.ByReserve).
 local nw = #ARGV[10] / 32
 local base = 4
 if LK then base = 6 end
@@ -59,6 +70,13 @@ local maxwait = tonumber(ARGV[4])
 local kc, wc = tonumber(ARGV[5]), tonumber(ARGV[6])
 local nin = tonumber(ARGV[9])
 if solo then krr, ktr, wc = wrr, wtr, 0 end
+-- The floors (ARGV[11]); 0 without a reserve.
+local FL = ARGV[11]
+local fkr, fkt, fwr, fwt, fkc, fwc = 0, 0, 0, 0, 0, 0
+if FL then
+  fkr, fkt, fwr, fwt = struct.unpack("<dddd", FL)
+  fkc, fwc = struct.unpack("<dd", FL, 33 + 8 * nw)
+end
 local kkey, wkey = KEYS[1], KEYS[2]
 local wl, wr, wrf, wt, wtf = xget(wkey, LW, now, wrr, wtr)
 local kl, kr, krf, kt, ktf = wl, wr, wrf, wt, wtf
@@ -84,15 +102,18 @@ for i = 1, nw do
   end
   last[i], lv[i], fr[i] = wget(KEYS[base + i], now, f, p)
 end
+if FL then
+  for i = 1, nw do need[i] = need[i] + struct.unpack("<d", FL, 25 + 8 * i) end
+end
 
 local refused, rwin = -1, 0
-if kr < 1 then
+if kr < 1 + fkr then
   refused = 0
-elseif kt < n then
+elseif kt < n + fkt then
   refused = 1
-elseif wr < 1 then
+elseif wr < 1 + fwr then
   refused = 2
-elseif wt < n then
+elseif wt < n + fwt then
   refused = 3
 else
   for i = 1, nw do
@@ -114,10 +135,10 @@ if refused >= 0 then
     if s > cap then s = cap end
     if s > capped then capped = s end
   end
-  tk(60000000, wait_us(kr, krf, 1, krr, 2 * krr))
-  tk(60000000, wait_us(kt, ktf, n, ktr, 2 * ktr))
-  tk(60000000, wait_us(wr, wrf, 1, wrr, 2 * wrr))
-  tk(60000000, wait_us(wt, wtf, n, wtr, 2 * wtr))
+  tk(60000000, wait_us(kr, krf, 1 + fkr, krr, 2 * krr))
+  tk(60000000, wait_us(kt, ktf, n + fkt, ktr, 2 * ktr))
+  tk(60000000, wait_us(wr, wrf, 1 + fwr, wrr, 2 * wrr))
+  tk(60000000, wait_us(wt, wtf, n + fwt, wtr, 2 * wtr))
   for i = 1, nw do
     tk(math.max(60000000, per[i]), wwait_us(lv[i], fr[i], need[i], fig[i], per[i]))
   end
@@ -134,17 +155,38 @@ local srv = 0
 if refused < 0 and (kc > 0 or wc > 0) then
   local t = redis.call("TIME")
   srv = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local held = 0
   if kc > 0 then
     redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", srv)
-    if redis.call("ZCARD", KEYS[3]) >= kc then refused = 4 end
+    held = redis.call("ZCARD", KEYS[3])
+    if held >= kc - fkc then refused = 4 end
   end
   if refused < 0 and wc > 0 then
     redis.call("ZREMRANGEBYSCORE", KEYS[4], "-inf", srv)
-    if redis.call("ZCARD", KEYS[4]) >= wc then refused = 5 end
+    held = redis.call("ZCARD", KEYS[4])
+    if held >= wc - fwc then refused = 5 end
   end
   if refused >= 0 then
     retry, wait = math.max(wait, 1000000), 0
+    local gf = kc
+    if refused == 5 then gf = wc end
+    if FL and held < gf then never = never + 2 end
   end
+elseif refused >= 0 and FL then
+  -- ByReserve: the refusing bucket had room for the request itself.
+  local room
+  if rwin > 0 then
+    room = lv[rwin] >= need[rwin] - struct.unpack("<d", FL, 25 + 8 * rwin)
+  elseif refused == 0 then
+    room = kr >= 1
+  elseif refused == 1 then
+    room = kt >= n
+  elseif refused == 2 then
+    room = wr >= 1
+  else
+    room = wt >= n
+  end
+  if room then never = never + 2 end
 end
 
 local out = {0, refused, retry, never, 0, 0, 0, 0, 0, rwin}

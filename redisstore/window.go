@@ -15,8 +15,11 @@ import (
 // Windows (llmrate.Limits Windows). An admission or a reconcile whose
 // figures carry windows runs scripts of its own (admitw.lua,
 // reconcilew.lua), still one round trip: the four per-minute buckets, every
-// window bucket and the gauges in one atomic step, all or nothing. Every
-// other admission and reconcile runs the scripts it ran before, unchanged.
+// window bucket and the gauges in one atomic step, all or nothing. An
+// admission with a priority reserve runs admitw.lua too, windows or not,
+// with its floors (reserveFloors); its reconcile is as without a reserve.
+// Every other admission and reconcile runs the scripts it ran before,
+// unchanged.
 // Such an admission bypasses batching and leases (with WithLeases it is
 // decided in Redis against the levels the lease scripts keep, as a gauged
 // one is), and its reconcile goes to Redis in one call that also applies
@@ -98,8 +101,10 @@ func windowBuckets(k, w string, kl, wl llmrate.Limits, solo bool) []wbucket {
 	return out
 }
 
-// admitW decides an admission whose figures carry windows (admitw.lua),
-// in one round trip, never batched nor decided on a lease.
+// admitW decides an admission whose figures carry windows, or that has a
+// priority reserve (llmrate.AdmitRequest.Reserve: its floors go as
+// admitw.lua's ARGV[11]), in one round trip, never batched nor decided on
+// a lease.
 func (s *Store) admitW(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
 	g := gauged(r.KeyLimits, r.WorkspaceLimits)
 	if g && r.ID == "" {
@@ -137,6 +142,9 @@ func (s *Store) admitW(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Dec
 	}
 	args := []any{s.nowArg(), admitArg(r), admitIDLife.Milliseconds(), max(0, r.MaxWait.Microseconds()),
 		kc, wc, s.gauges.ttl.Milliseconds(), r.ID, max(0, r.InputTokens), string(spec)}
+	if r.Reserve > 0 {
+		args = append(args, reserveFloors(r, bs, kc, wc))
+	}
 	v, err := s.run(ctx, script, keys, args, r.ID != "")
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
@@ -149,7 +157,8 @@ func (s *Store) admitW(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Dec
 		Allowed:    res[0] == 1,
 		Refused:    llmrate.Bucket(res[1]),
 		RetryAfter: time.Duration(res[2]) * time.Microsecond,
-		NeverFits:  res[3] == 1,
+		NeverFits:  res[3]&1 == 1,
+		ByReserve:  res[3]&2 != 0,
 		Remaining:  [4]int64{res[4], res[5], res[6], res[7]},
 		Wait:       time.Duration(res[8]) * time.Microsecond,
 	}
@@ -167,6 +176,29 @@ func (s *Store) admitW(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Dec
 		s.hold(r.ID, slots{w: w, kg: kg, wg: wg, key: kc > 0, ws: wc > 0})
 	}
 	return d, nil
+}
+
+// reserveFloors is admitw.lua's ARGV[11] for a request with a priority
+// reserve (llmrate.AdmitRequest.Reserve, at most llmrate.MaxReserve): the
+// floor of each of its four per-minute buckets (capacity twice the
+// figure), of each window bucket in bs (capacity its figure) and of its two
+// gauges (kc, wc as the script gets them), each llmrate.ReserveFloor,
+// exact in integers here; as doubles, exact too (every floor is at most
+// its capacity, at most 2 × 10^12, below 2^53). A Solo request's key
+// buckets are its workspace's.
+func reserveFloors(r llmrate.AdmitRequest, bs []wbucket, kc, wc int64) string {
+	res := min(r.Reserve, llmrate.MaxReserve)
+	kl, wl := r.KeyLimits, r.WorkspaceLimits
+	if r.Solo {
+		kl = wl
+	}
+	fl := func(c int64) float64 { return float64(llmrate.ReserveFloor(res, c)) }
+	b := make([]byte, 0, 8*(6+len(bs)))
+	b = appendFloats(b, fl(2*kl.RequestsPerMinute), fl(2*kl.TokensPerMinute), fl(2*wl.RequestsPerMinute), fl(2*wl.TokensPerMinute))
+	for _, w := range bs {
+		b = appendFloats(b, fl(w.win.Figure(w.code)))
+	}
+	return string(appendFloats(b, fl(kc), fl(wc)))
 }
 
 // windowLevels returns Decision.KeyWindows and WorkspaceWindows from the

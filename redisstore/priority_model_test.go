@@ -1,0 +1,313 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// refFloor is a reserve's floor in a bucket of capacity c, from the
+// contract's words with big.Int: ⌈r × c / 1,000,000⌉.
+func refFloor(r, c int64) int64 {
+	if r <= 0 {
+		return 0
+	}
+	p := new(big.Int).Mul(big.NewInt(r), big.NewInt(c))
+	q, m := new(big.Int).QuoRem(p, big.NewInt(1_000_000), new(big.Int))
+	if m.Sign() > 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return q.Int64()
+}
+
+// admitReserved decides r at now (µs) as the model's admit does, with the
+// request's reserve (DESIGN §19, the Store contract's Reserve): each bucket
+// must hold its need plus its floor, the first that does not refuses
+// (ByReserve when it held the need itself), every wait is until the need
+// plus the floor, and a need plus floor above the capacity never fits.
+func (m *refModel) admitReserved(r llmrate.AdmitRequest, now int64) llmrate.Decision {
+	specs := refSpecs(r)
+	if r.Solo {
+		specs[0].rate, specs[0].cap, specs[1].rate, specs[1].cap = specs[2].rate, specs[2].cap, specs[3].rate, specs[3].cap
+	}
+	bs := make([]*refBucket, len(specs))
+	for i, s := range specs {
+		if r.Solo && (i == 0 || i == 1) {
+			continue
+		}
+		bs[i] = m.at(s, now)
+	}
+	if r.Solo {
+		bs[0], bs[1] = bs[2], bs[3]
+	}
+	floored := make([]refSpec, len(specs))
+	for i, s := range specs {
+		floored[i] = s
+		floored[i].need += refFloor(r.Reserve, s.cap)
+	}
+	var d llmrate.Decision
+	first := -1
+	for i, s := range floored {
+		if bs[i].level < s.need {
+			first = i
+			break
+		}
+	}
+	if first >= 0 {
+		var longest, capped int64
+		never := false
+		for i, s := range floored {
+			var w int64
+			if s.need > s.cap {
+				never, w = true, 1<<62
+			} else {
+				w = waitUS(bs[i], s)
+			}
+			longest = max(longest, w)
+			capped = max(capped, min(w, max(int64(60_000_000), s.period)))
+		}
+		if r.MaxWait > 0 && !never && longest <= r.MaxWait.Microseconds() {
+			d.Wait = time.Duration(longest) * time.Microsecond
+			first = -1
+		} else {
+			d.Refused, d.Window, d.NeverFits = specs[first].code, specs[first].window, never
+			d.RetryAfter = time.Duration(capped) * time.Microsecond
+			d.ByReserve = bs[first].level >= specs[first].need
+		}
+	}
+	if first < 0 {
+		d.Allowed = true
+		for i, s := range specs {
+			if r.Solo && (i == 0 || i == 1) {
+				continue
+			}
+			bs[i].level -= s.take
+		}
+	}
+	d.Remaining = [4]int64{bs[0].level, bs[1].level, bs[2].level, bs[3].level}
+	if n := len(r.KeyLimits.Windows); n > 0 {
+		d.KeyWindows = make([]llmrate.WindowLevels, n)
+	}
+	if n := len(r.WorkspaceLimits.Windows); n > 0 {
+		d.WorkspaceWindows = make([]llmrate.WindowLevels, n)
+	}
+	for i, s := range specs {
+		if s.scope < 0 {
+			continue
+		}
+		targets := []*[]llmrate.WindowLevels{&d.KeyWindows, &d.WorkspaceWindows}[s.scope : s.scope+1]
+		if r.Solo {
+			targets = []*[]llmrate.WindowLevels{&d.KeyWindows, &d.WorkspaceWindows}
+		}
+		for _, t := range targets {
+			l := &(*t)[s.index]
+			*[4]*int64{&l.Requests, &l.Tokens, &l.InputTokens, &l.OutputTokens}[s.meter] = bs[i].level
+		}
+	}
+	return d
+}
+
+// TestReservesMatchReference: random admissions with random reserves (none,
+// the smallest, a half, the largest, any), with and without windows, with
+// and without MaxWait, reconciles and refunds, clock steps and figure
+// changes, up to the largest figures allowed: Redis decides every one
+// exactly as the independent big.Rat model, every Decision field
+// (ByReserve included).
+func TestReservesMatchReference(t *testing.T) {
+	srv := redistest.Start(t)
+	// One connection: no hedge is ever sent (it would need a second), so
+	// no late duplicate of a refused admission can land after the next
+	// step on a loaded machine and spend what the model still holds.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	var now time.Time
+	rs, err := redisstore.New(c, redisstore.WithHashKey(prioSecret), redisstore.WithTimeout(10*time.Second),
+		redisstore.WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, rs.Close(context.Background())) })
+	ctx := context.Background()
+	pers := []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour, 744 * time.Hour}
+	steps, refused, byReserve, reservations, reservedAdmits := 0, 0, 0, 0, 0
+	for seed := uint64(1); seed <= 100; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 19))
+		ref := &refModel{b: map[string]*refBucket{}}
+		now = time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+		big := seed%5 == 0 // the largest figures allowed
+		fig := func(scale int64) int64 {
+			switch rng.IntN(6) {
+			case 0, 1, 2:
+				return 0
+			case 3:
+				return 1 + scale/2 + rng.Int64N(scale)
+			case 4:
+				return scale + rng.Int64N(20*scale)
+			}
+			return llmrate.MaxPerMinute - rng.Int64N(3)
+		}
+		windows := func(rpm, tpm int64) []llmrate.Window {
+			var ws []llmrate.Window
+			for _, i := range rng.Perm(len(pers))[:rng.IntN(3)] {
+				w := llmrate.Window{Per: pers[i], Requests: fig(rpm), Tokens: fig(tpm), InputTokens: fig(tpm), OutputTokens: fig(tpm)}
+				if w.Requests+w.Tokens+w.InputTokens+w.OutputTokens == 0 {
+					w.Requests = 3 + rng.Int64N(5)
+				}
+				ws = append(ws, w)
+			}
+			return ws
+		}
+		limits := func() llmrate.Limits {
+			rpm, tpm := 1+rng.Int64N(20), 1+rng.Int64N(5000)
+			if big {
+				rpm, tpm = llmrate.MaxPerMinute-rng.Int64N(3), llmrate.MaxPerMinute/2-rng.Int64N(3)
+			}
+			return llmrate.Limits{RequestsPerMinute: rpm, TokensPerMinute: tpm, Windows: windows(rpm, tpm)}
+		}
+		solo := rng.IntN(3) == 0
+		key, ws := fmt.Sprintf("sk-%d", seed), fmt.Sprintf("ws-%d", seed)
+		if solo {
+			ws = key
+		}
+		kl := limits()
+		wl := kl
+		if !solo {
+			wl = limits()
+		}
+		reserves := []int64{0, 1, 500_000, 250_000, llmrate.MaxReserve, 1 + rng.Int64N(llmrate.MaxReserve)}
+		for step := range 40 {
+			steps++
+			switch x := rng.IntN(10); {
+			case x < 4:
+				now = now.Add(time.Duration(rng.Int64N(40_000_000)) * time.Microsecond)
+			case x == 4:
+				now = now.Add(time.Duration(rng.Int64N(3_600_000_000)) * time.Microsecond)
+			case x == 5:
+				now = now.Add(-time.Duration(rng.Int64N(5_000_000)) * time.Microsecond)
+			case x == 6 && !big:
+				kl.RequestsPerMinute = 1 + rng.Int64N(20)
+				if solo {
+					wl = kl
+				}
+			}
+			tpm := min(kl.TokensPerMinute, wl.TokensPerMinute)
+			req := llmrate.AdmitRequest{Key: key, Workspace: ws, Model: []string{"", "gpt-4o*"}[rng.IntN(2)], KeyLimits: kl, WorkspaceLimits: wl,
+				Tokens: 1 + rng.Int64N(min(tpm, 4000)), InputTokens: rng.Int64N(min(tpm, 4000)), Solo: solo, ID: llmrate.NewAdmissionID(),
+				Reserve: reserves[rng.IntN(len(reserves))]}
+			if big && rng.IntN(2) == 0 { // near the whole capacity less the floor
+				req.Tokens = max(1, 2*tpm-refFloor(req.Reserve, 2*tpm)-rng.Int64N(3)+1)
+			}
+			if rng.IntN(3) == 0 {
+				req.MaxWait = time.Duration(rng.Int64N(30_000_000)) * time.Microsecond
+			}
+			want := ref.admitReserved(req, now.UnixMicro())
+			if req.Reserve == 0 && len(kl.Windows)+len(wl.Windows) == 0 && !want.Allowed {
+				// Neither a reserve nor windows: the scripts that ran
+				// before reserves answer, as before (no Window; without
+				// MaxWait, RetryAfter in whole seconds).
+				want.Window = 0
+				if req.MaxWait == 0 {
+					want.RetryAfter = (want.RetryAfter + time.Second - 1).Truncate(time.Second)
+				}
+			}
+			got, err := rs.Admit(ctx, req)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "seed %d step %d: %+v", seed, step, req)
+			if !got.Allowed {
+				refused++
+				if got.ByReserve {
+					byReserve++
+				}
+				continue
+			}
+			if req.Reserve > 0 {
+				reservedAdmits++
+			}
+			if got.Wait > 0 {
+				reservations++
+			}
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			rec := llmrate.ReconcileRequest{Key: key, Workspace: ws, Model: req.Model, KeyLimits: kl, WorkspaceLimits: wl, Solo: solo, ID: req.ID,
+				Estimate: req.Tokens, Actual: rng.Int64N(3 * min(tpm, 4000)), InputEstimate: req.InputTokens, InputActual: rng.Int64N(3 * min(tpm, 4000)),
+				OutputActual: rng.Int64N(3 * min(tpm, 4000)), Refund: rng.IntN(6) == 0}
+			ref.reconcile(req, rec, now.UnixMicro())
+			require.NoError(t, rs.Reconcile(ctx, rec))
+		}
+	}
+	t.Logf("%d steps: %d refused (%d by a reserve), %d reservations, %d reserved admissions", steps, refused, byReserve, reservations, reservedAdmits)
+	require.Greater(t, byReserve, steps/20)
+	require.Greater(t, refused-byReserve, steps/20)
+	require.Greater(t, reservedAdmits, steps/10)
+	require.Greater(t, reservations, steps/200)
+}
+
+// TestReserveFloorsExactAtLargestFigures: floors whose quotient a double
+// would get wrong (r × c past 2^53), in a per-minute tokens bucket of
+// capacity 999,999,999,998 and in a window of that figure: a reserve of
+// 999,999 keeps ⌈999,999 × 999,999,999,998 / 10^6⌉ = 999,998,999,999, so
+// the class can spend exactly 999,999 tokens: 1,000,000 never fits, and
+// after 999,999 the next token is refused by the reserve.
+func TestReserveFloorsExactAtLargestFigures(t *testing.T) {
+	srv := redistest.Start(t)
+	s := prioStore(t, srv.Addr, "", time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+	ctx := context.Background()
+	const figure, r, floor = 999_999_999_998, llmrate.MaxReserve, 999_998_999_999
+	require.Equal(t, int64(floor), refFloor(r, figure))
+	for _, tc := range []struct {
+		name   string
+		limits llmrate.Limits
+		code   llmrate.Bucket
+		window time.Duration
+		level  func(llmrate.Decision) int64
+	}{
+		{"per-minute", llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: figure / 2}, llmrate.KeyTokens, time.Minute,
+			func(d llmrate.Decision) int64 { return d.Remaining[llmrate.KeyTokens] }},
+		{"window", llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute,
+			Windows: []llmrate.Window{{Per: 744 * time.Hour, Tokens: figure}}}, llmrate.KeyTokens, 744 * time.Hour,
+			func(d llmrate.Decision) int64 { return d.KeyWindows[0].Tokens }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+			req := llmrate.AdmitRequest{Key: "sk-big-" + tc.name, Workspace: "acme-" + tc.name, KeyLimits: tc.limits, WorkspaceLimits: ws,
+				Tokens: 1_000_000, Reserve: r, ID: llmrate.NewAdmissionID()}
+			d, err := s.Admit(ctx, req)
+			require.NoError(t, err)
+			assert.False(t, d.Allowed)
+			assert.True(t, d.NeverFits, "1,000,000 tokens > capacity less the floor (999,999)")
+			assert.True(t, d.ByReserve, "the full bucket holds 1,000,000 tokens")
+			assert.Equal(t, tc.code, d.Refused)
+			assert.Equal(t, tc.window, d.Window)
+
+			req.Tokens, req.ID = 999_999, llmrate.NewAdmissionID()
+			d, err = s.Admit(ctx, req)
+			require.NoError(t, err)
+			require.True(t, d.Allowed, "%+v", d)
+			assert.Equal(t, int64(floor), tc.level(d), "the class spent the bucket down to its floor exactly")
+
+			req.Tokens, req.ID = 1, llmrate.NewAdmissionID()
+			d, err = s.Admit(ctx, req)
+			require.NoError(t, err)
+			assert.False(t, d.Allowed)
+			assert.True(t, d.ByReserve)
+			assert.False(t, d.NeverFits)
+			assert.Equal(t, tc.code, d.Refused)
+
+			req.Reserve, req.ID = 0, llmrate.NewAdmissionID()
+			req.Tokens = floor
+			d, err = s.Admit(ctx, req)
+			require.NoError(t, err)
+			assert.True(t, d.Allowed, "traffic without a reserve spends the rest")
+			assert.Equal(t, int64(0), tc.level(d))
+		})
+	}
+}
