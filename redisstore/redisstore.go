@@ -279,6 +279,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// The scripts. Those that share code with others (the refusal cascade,
+// the debit, the waits, a reconcile's arguments and its bound with
+// leases) are generated from luasrc/, their shared parts in
+// luasrc/parts/ (see internal/luagen): edit those and run go generate;
+// TestScriptsAreGenerated fails on a script that differs from its source.
+// The generated admit.lua is written out whole, functions inlined, for
+// what the server spends on it.
+//
+//go:generate go run ../internal/luagen/cmd/luagen
+
 var (
 	//go:embed arith.lua
 	arithLua string
