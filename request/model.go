@@ -46,8 +46,8 @@ func Model(r *http.Request) (string, error) {
 // Prepare reads r's body ahead and scans it for all that Model, Estimate
 // and Input read, so that a caller asking for the model and an estimate of
 // one request scans its body once (Model alone scans only for the model;
-// an estimate's scan serves the model too). It does nothing for a body
-// Estimate cannot read whole.
+// an estimate's scan serves the model too). A body Estimate cannot read
+// whole (larger than MaxBody, say) is read ahead but not scanned.
 func Prepare(r *http.Request) {
 	if rb := readAheadBody(r); rb != nil && rb.whole() {
 		rb.facts(true)
