@@ -60,8 +60,8 @@ func New(opts ...Option) (*Limiter, error) {
 	if c.calibrate {
 		l.calib = newCalibration()
 	}
-	l.primeBody = sameFunc(c.model, modelFromBody) && sameFunc(c.estimator, estimateFromBody)
-	l.bodyEst = sameFunc(c.estimator, estimateFromBody)
+	l.primeBody = sameFunc(c.model, modelFromBody) && sameFunc(c.estimator, EstimateFromBody())
+	l.bodyEst = sameFunc(c.estimator, EstimateFromBody())
 	l.debug = c.logger.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
 		return zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
 	}))

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/llmrate/llmrate/request"
 )
 
 // ModelLimits maps a model name to its own figures per tier. A name ending
@@ -141,9 +143,7 @@ func (l *Limiter) identifyModel(r *http.Request, a *admission) (status int, code
 		}
 	}()
 	if l.primeBody {
-		if rb := readAheadBody(r); rb != nil && rb.whole() {
-			rb.facts(true) // one scan for the model and the estimate
-		}
+		request.Prepare(r) // one scan for the model and the estimate
 	}
 	m, err := l.cfg.model(r)
 	if errors.Is(err, ErrAmbiguousModel) {

@@ -1,4 +1,4 @@
-package llmrate
+package request
 
 import (
 	"bytes"
@@ -12,19 +12,18 @@ import (
 )
 
 // A request body sent with a Content-Encoding (gzip, x-gzip, deflate, br,
-// zstd) is read by ModelFromBody and EstimateFromBody as its decoded bytes,
-// through the decoders the response side uses (package usage, with their
-// memory bounds): at most MaxModelBody decoded bytes are read ahead, so a
-// decompression bomb is stopped there, and at most MaxModelBody encoded
-// bytes are held for the next handler, which still reads every original
-// byte. A body decoding to more than MaxModelBody bytes is read as a
-// chunked body that large is (no model; the estimate is EstimateTokens').
-// A coding that cannot be decoded (another coding, a chain such as
-// "gzip, br", a corrupt or truncated stream, encoded bytes past
-// MaxModelBody before the decoded ones reach it, a brotli window over
-// 4 MiB) takes the fallback of a
-// body that is not JSON: ModelFromBody reads the path, EstimateFromBody
-// estimates as EstimateTokens does.
+// zstd) is read by Model, Estimate and Input as its decoded bytes, through
+// the decoders the response side uses (package usage, with their memory
+// bounds): at most MaxBody decoded bytes are read ahead, so a decompression
+// bomb is stopped there, and at most MaxBody encoded bytes are held for the
+// next handler, which still reads every original byte. A body decoding to
+// more than MaxBody bytes is read as a chunked body that large is (no
+// model; the estimate is the Content-Length's). A coding that cannot be
+// decoded (another coding, a chain such as "gzip, br", a corrupt or
+// truncated stream, encoded bytes past MaxBody before the decoded ones
+// reach it, a brotli window over 4 MiB) takes the fallback of a body that
+// is not JSON: Model reads the path, Estimate and Input estimate from the
+// Content-Length.
 
 // requestCoding returns r's Content-Encoding values as one list, or ""
 // when they name no coding but identity.
@@ -40,7 +39,7 @@ func requestCoding(r *http.Request) string {
 	return ""
 }
 
-// errHeldFull stops a decoder that would need more than MaxModelBody
+// errHeldFull stops a decoder that would need more than MaxBody
 // encoded bytes held.
 var errHeldFull = errors.New("llmrate: more than MaxModelBody encoded bytes read ahead")
 
@@ -107,7 +106,7 @@ func brotliWindowBits(b byte) int {
 // readAheadEncoded is readAheadBody for a body with a Content-Encoding. nil:
 // the coding is not one that is decoded; the body is left as it is.
 func readAheadEncoded(r *http.Request, coding string) *replayBody {
-	tap := &rawTap{r: r.Body, limit: MaxModelBody}
+	tap := &rawTap{r: r.Body, limit: MaxBody}
 	var src io.Reader = tap
 	var dec io.Reader
 	var done func()
@@ -130,8 +129,8 @@ func readAheadEncoded(r *http.Request, coding string) *replayBody {
 	var decoded []byte
 	end := err
 	if err == nil {
-		decoded, end = readahead.Read(dec, make([]byte, 0, 4<<10), MaxModelBody)
-		if end == nil { // MaxModelBody decoded bytes: one more tells a larger body
+		decoded, end = readahead.Read(dec, make([]byte, 0, 4<<10), MaxBody)
+		if end == nil { // MaxBody decoded bytes: one more tells a larger body
 			var one [1]byte
 			if n, perr := io.ReadFull(dec, one[:]); n == 0 {
 				end = perr

@@ -1,4 +1,4 @@
-package llmrate
+package request
 
 import (
 	"bytes"
