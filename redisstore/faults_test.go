@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -451,6 +452,9 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 type holdReplyHook struct {
 	armed         atomic.Bool
 	held, release chan struct{}
+	// untilDeadline: the held reply is given up at the call's deadline, as
+	// a read on a client with ContextTimeoutEnabled is (a timeout).
+	untilDeadline bool
 }
 
 func newHoldReplyHook() *holdReplyHook {
@@ -462,7 +466,18 @@ func (h *holdReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		if h.armed.CompareAndSwap(true, false) {
 			close(h.held)
-			<-h.release
+			dl, ok := ctx.Deadline()
+			if !h.untilDeadline || !ok {
+				<-h.release
+				return err
+			}
+			t := time.NewTimer(time.Until(dl))
+			defer t.Stop()
+			select {
+			case <-h.release:
+			case <-t.C:
+				return os.ErrDeadlineExceeded
+			}
 		}
 		return err
 	}
