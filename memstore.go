@@ -197,20 +197,41 @@ type heldSlots struct {
 }
 
 // gaugeCheck is what decide needs to know of the gauges in force: each
-// figure (0: no cap) and the slots held now.
+// figure (0: no cap) and the slots held now; with a priority reserve
+// (AdmitRequest.Reserve), the slots each gauge keeps free for other
+// traffic (its floor; set by decideStages' callers through withReserve).
 type gaugeCheck struct {
 	keyCap, keyNow, wsCap, wsNow int64
+	keyFloor, wsFloor            int64
 }
 
-// full returns the first gauge without a free slot.
+// full returns the first gauge without a free slot above its floor.
 func (g *gaugeCheck) full() (Bucket, bool) {
 	switch {
-	case g.keyCap > 0 && g.keyNow >= g.keyCap:
+	case g.keyCap > 0 && g.keyNow+g.keyFloor >= g.keyCap:
 		return KeyConcurrent, true
-	case g.wsCap > 0 && g.wsNow >= g.wsCap:
+	case g.wsCap > 0 && g.wsNow+g.wsFloor >= g.wsCap:
 		return WorkspaceConcurrent, true
 	}
 	return 0, false
+}
+
+// byReserve reports whether gauge b, which full named, has a free slot all
+// the same: only its floor kept the request out.
+func (g *gaugeCheck) byReserve(b Bucket) bool {
+	if b == KeyConcurrent {
+		return g.keyNow < g.keyCap
+	}
+	return g.wsNow < g.wsCap
+}
+
+// withReserve sets the gauges' floors for a reserve of r millionths: ⌈r ×
+// figure⌉ slots kept free after the request takes its own.
+func (g *gaugeCheck) withReserve(r int64) *gaugeCheck {
+	if g != nil && r > 0 {
+		g.keyFloor, g.wsFloor = ReserveFloor(r, g.keyCap), ReserveFloor(r, g.wsCap)
+	}
+	return g
 }
 
 // take records one slot of gauge h in sh.
@@ -509,16 +530,17 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return Decision{}, ErrNoAdmissionID
 	}
-	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+	if windowed(r.KeyLimits, r.WorkspaceLimits) || r.Reserve != 0 {
 		return s.admitWindowed(r)
 	}
 	return s.admit(&r), nil
 }
 
-// admitAny is admit, or admitWindowed with windows, or admitGauged under a
-// gauge.
+// admitAny is admit, or admitWindowed with windows or a priority reserve
+// (AdmitRequest.Reserve: its floors are decided as a window's stages are),
+// or admitGauged under a gauge.
 func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
-	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+	if windowed(r.KeyLimits, r.WorkspaceLimits) || r.Reserve != 0 {
 		return s.admitWindowed(r)
 	}
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {

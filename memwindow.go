@@ -173,6 +173,7 @@ func winSetOf(sh *memShard, bound int, h uint64, windows []Window, now, last int
 type winStage struct {
 	b           *bucket
 	need, debit int64
+	floor       int64 // what a priority reserve keeps in it (AdmitRequest.Reserve); 0: none
 	rate, cap   int64
 	period      uint64
 	bucket      Bucket
@@ -217,17 +218,45 @@ func windowStages(st []winStage, ws *winSet, windows []Window, scope int, tokens
 	return st
 }
 
+// withReserve sets each stage's floor for a reserve of r millionths (0:
+// none; above MaxReserve: MaxReserve): ⌈r × capacity⌉.
+func withReserve(st []winStage, r int64) {
+	if r <= 0 {
+		return
+	}
+	r = min(r, MaxReserve)
+	for i := range st {
+		st[i].floor = ReserveFloor(r, st[i].cap)
+	}
+}
+
+// above is the level the stage must hold to admit the request: its need
+// plus its floor; past the capacity (capacity + 1) when the request is
+// larger than the capacity less the floor, so that it never fits.
+func (s *winStage) above() int64 {
+	if s.floor == 0 {
+		return s.need
+	}
+	if s.need > s.cap-s.floor {
+		return s.cap + 1
+	}
+	return s.need + s.floor
+}
+
 // decideStages decides over stages in order, then the gauges (g; nil: none
 // in force): all are debited only if all have room and every gauge a free
 // slot (the caller takes the slots); with maxWait > 0 a request that would
 // fit every stage within maxWait is debited all the same (a reservation).
 // RetryAfter is the largest of the stages' exact waits, each capped at
-// MaxRetryAfter or its window's Per when longer.
+// MaxRetryAfter or its window's Per when longer. With floors (withReserve)
+// a stage has room only above its floor, and a gauge a free slot only
+// above its (gaugeCheck.withReserve); ByReserve says the refusing one
+// would have had room without them.
 func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision {
 	var d Decision
 	refused := -1
 	for i := range st {
-		if st[i].b.level < st[i].need {
+		if st[i].b.level < st[i].above() {
 			refused = i
 			break
 		}
@@ -240,7 +269,7 @@ func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision 
 	if refused < 0 {
 		if g != nil {
 			if b, full := g.full(); full {
-				d.Refused, d.RetryAfter = b, time.Second
+				d.Refused, d.RetryAfter, d.ByReserve = b, time.Second, g.byReserve(b)
 				return d
 			}
 		}
@@ -248,11 +277,12 @@ func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision 
 		d.Allowed = true
 		return d
 	}
-	d.Refused, d.Window = st[refused].bucket, st[refused].window
+	rs := &st[refused]
+	d.Refused, d.Window, d.ByReserve = rs.bucket, rs.window, rs.floor > 0 && rs.b.level >= rs.need
 	var exact time.Duration // the exact time until all fit (past every cap: beyond it)
 	for _, s := range st {
 		c := max(MaxRetryAfter, time.Duration(s.period))
-		w, never := s.b.pwait(s.need, s.rate, s.cap, c+1, s.period)
+		w, never := s.b.pwait(s.above(), s.rate, s.cap, c+1, s.period)
 		d.NeverFits = d.NeverFits || never
 		exact = max(exact, w)
 		d.RetryAfter = max(d.RetryAfter, min(w, c))
@@ -262,7 +292,7 @@ func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision 
 	}
 	if g != nil {
 		if b, full := g.full(); full {
-			d.Refused, d.Window, d.RetryAfter = b, 0, max(d.RetryAfter, time.Second)
+			d.Refused, d.Window, d.RetryAfter, d.ByReserve = b, 0, max(d.RetryAfter, time.Second), g.byReserve(b)
 			return d
 		}
 	}
@@ -301,9 +331,10 @@ func perMinuteStages(st []winStage, ke, we *entry, kl, wl Limits, tokens int64) 
 	return st
 }
 
-// admitWindowed is Admit for figures with windows (gauges too, if any):
-// the per-minute buckets, the key's windows, the workspace's and the
-// gauges in one decision, under both shards' locks.
+// admitWindowed is Admit for figures with windows (gauges too, if any),
+// or with a priority reserve (AdmitRequest.Reserve): the per-minute
+// buckets, the key's windows, the workspace's and the gauges in one
+// decision, under both shards' locks, each above its floor.
 func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 	now := r.Now.UnixNano()
 	tokens, input := r.Tokens, max(0, r.InputTokens)
@@ -326,6 +357,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 		levels := make([]WindowLevels, len(lim.Windows))
 		st = perMinuteStages(st, e, nil, lim, lim, tokens)
 		st = windowStages(st, ws, lim.Windows, 0, tokens, input, levels)
+		withReserve(st, r.Reserve)
 		var g *gaugeCheck
 		if lim.ConcurrentRequests > 0 {
 			if r.ID == "" {
@@ -335,9 +367,11 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 			}
 			g = &gaugeCheck{keyCap: lim.ConcurrentRequests, keyNow: sh.inFlight[wh]}
 		}
-		d := decideStages(st, r.MaxWait, g)
+		d := decideStages(st, r.MaxWait, g.withReserve(r.Reserve))
 		report(&d, st, true)
-		d.KeyWindows, d.WorkspaceWindows = levels, levels
+		if len(levels) > 0 {
+			d.KeyWindows, d.WorkspaceWindows = levels, levels
+		}
 		if d.Allowed && g != nil {
 			sh.take(wh)
 			sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
@@ -373,11 +407,12 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 	st = perMinuteStages(st, ke, we, r.KeyLimits, r.WorkspaceLimits, tokens)
 	st = windowStages(st, kw, r.KeyLimits.Windows, 0, tokens, input, kls)
 	st = windowStages(st, ww, r.WorkspaceLimits.Windows, 1, tokens, input, wls)
+	withReserve(st, r.Reserve)
 	var g *gaugeCheck
 	if kc > 0 || wc > 0 {
 		g = &gaugeCheck{keyCap: kc, keyNow: ks.inFlight[pk], wsCap: wc, wsNow: wsh.inFlight[wh]}
 	}
-	d := decideStages(st, r.MaxWait, g)
+	d := decideStages(st, r.MaxWait, g.withReserve(r.Reserve))
 	report(&d, st, false)
 	if len(kls) > 0 {
 		d.KeyWindows = kls
