@@ -353,7 +353,12 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 				return Decision{}, errHeldID
 			}
 		}
-		ws := winSetOf(sh, s.perShard, wh, lim.Windows, now, e.last, &ev)
+		// A request with a reserve but no windows leaves the windows alone,
+		// as any request without windows does.
+		var ws *winSet
+		if len(lim.Windows) > 0 {
+			ws = winSetOf(sh, s.perShard, wh, lim.Windows, now, e.last, &ev)
+		}
 		levels := make([]WindowLevels, len(lim.Windows))
 		st = perMinuteStages(st, e, nil, lim, lim, tokens)
 		st = windowStages(st, ws, lim.Windows, 0, tokens, input, levels)
@@ -401,8 +406,11 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 			return Decision{}, errHeldID
 		}
 	}
-	kw := winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, now, ke.last, &ev)
-	ww := winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, now, we.last, &ev)
+	var kw, ww *winSet
+	if windowed(r.KeyLimits, r.WorkspaceLimits) { // not for a reserve alone: windows are left alone
+		kw = winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, now, ke.last, &ev)
+		ww = winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, now, we.last, &ev)
+	}
 	kls, wls := make([]WindowLevels, len(r.KeyLimits.Windows)), make([]WindowLevels, len(r.WorkspaceLimits.Windows))
 	st = perMinuteStages(st, ke, we, r.KeyLimits, r.WorkspaceLimits, tokens)
 	st = windowStages(st, kw, r.KeyLimits.Windows, 0, tokens, input, kls)
