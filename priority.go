@@ -50,6 +50,8 @@ import (
 // the bucket). With WithMaxWait a reservation waits until it fits above
 // its reserve. Shadow mode (WithShadow) decides as enforcement would.
 // DecisionEvent.Class names the class when it is a key of reserves.
+// Floors round up: under a gauge of 1 slot a class with any reserve is
+// never admitted (its floor is the one slot), refused with Retry-After 1.
 // A panic in class is a fault: the request fails open, as for the other
 // extractors.
 //
