@@ -338,7 +338,11 @@ func perMinuteStages(st []winStage, ke, we *entry, kl, wl Limits, tokens int64) 
 func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 	now := r.Now.UnixNano()
 	tokens, input := r.Tokens, max(0, r.InputTokens)
-	st := make([]winStage, 0, 4+4*(len(r.KeyLimits.Windows)+len(r.WorkspaceLimits.Windows)))
+	var four [4]winStage // the per-minute stages alone (a reserve without windows): no allocation
+	st := four[:0]
+	if n := len(r.KeyLimits.Windows) + len(r.WorkspaceLimits.Windows); n > 0 {
+		st = make([]winStage, 0, 4+4*n)
+	}
 	var ev evicted
 	if r.Solo {
 		lim := r.WorkspaceLimits

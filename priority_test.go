@@ -286,3 +286,53 @@ func TestPriorityMaxWait(t *testing.T) {
 	assert.Equal(t, 10*time.Millisecond, rec.decisions[1].Wait, "10 tokens at 1,000 a second, above the floor")
 	assert.Equal(t, time.Duration(0), rec.decisions[3].Wait)
 }
+
+// BenchmarkAdmitReservedHotKey: BenchmarkAdmitHotKey's admission with a
+// priority reserve of one half (AdmitRequest.Reserve): the staged path
+// with a floor per bucket.
+func BenchmarkAdmitReservedHotKey(b *testing.B) {
+	s := llmrate.NewMemoryStore()
+	req := benchAdmitReq("sk-hot")
+	req.Reserve = 500_000
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := range b.N {
+		req.Now = time.Unix(0, int64(i))
+		if d, _ := s.Admit(ctx, req); !d.Allowed {
+			b.Fatal("refused")
+		}
+	}
+}
+
+// benchPriority is BenchmarkMiddleware with WithPriority, each request
+// carrying the given class header ("": none).
+func benchPriority(b *testing.B, class string) {
+	huge := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
+	l, err := llmrate.New(llmrate.WithTiers(uniform(huge)), halfBatch())
+	if err != nil {
+		b.Fatal(err)
+	}
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = []string{"application/json"}
+		_, _ = w.Write(oneKBResponse)
+	})
+	h := l.Middleware(next)
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	r.Header.Set("Authorization", "Bearer sk-bench")
+	if class != "" {
+		r.Header.Set(priorityHeader, class)
+	}
+	r.ContentLength = 400
+	w := &reusableWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for range b.N {
+		h.ServeHTTP(w, r)
+	}
+}
+
+// BenchmarkMiddlewarePriority: a request of a class with a reserve.
+func BenchmarkMiddlewarePriority(b *testing.B) { benchPriority(b, "batch") }
+
+// BenchmarkMiddlewarePriorityNoClass: WithPriority on, a request without
+// a class (no reserve): the class extractor's cost alone.
+func BenchmarkMiddlewarePriorityNoClass(b *testing.B) { benchPriority(b, "") }
