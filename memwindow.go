@@ -336,13 +336,18 @@ func perMinuteStages(st []winStage, ke, we *entry, kl, wl Limits, tokens int64) 
 // buckets, the key's windows, the workspace's and the gauges in one
 // decision, under both shards' locks, each above its floor.
 func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
+	if n := len(r.KeyLimits.Windows) + len(r.WorkspaceLimits.Windows); n > 0 {
+		return s.admitStaged(&r, make([]winStage, 0, 4+4*n))
+	}
+	var four [4]winStage // the per-minute stages alone (a reserve without windows): no allocation
+	return s.admitStaged(&r, four[:0])
+}
+
+// admitStaged is admitWindowed deciding over st, an empty slice with room
+// for every stage.
+func (s *MemoryStore) admitStaged(r *AdmitRequest, st []winStage) (Decision, error) {
 	now := r.Now.UnixNano()
 	tokens, input := r.Tokens, max(0, r.InputTokens)
-	var four [4]winStage // the per-minute stages alone (a reserve without windows): no allocation
-	st := four[:0]
-	if n := len(r.KeyLimits.Windows) + len(r.WorkspaceLimits.Windows); n > 0 {
-		st = make([]winStage, 0, 4+4*n)
-	}
 	var ev evicted
 	if r.Solo {
 		lim := r.WorkspaceLimits
