@@ -225,10 +225,12 @@ func (g *gaugeCheck) byReserve(b Bucket) bool {
 	return g.wsNow < g.wsCap
 }
 
-// withReserve sets the gauges' floors for a reserve of r millionths: ⌈r ×
-// figure⌉ slots kept free after the request takes its own.
+// withReserve sets the gauges' floors for a reserve of r millionths (above
+// MaxReserve: MaxReserve): ⌈r × figure⌉ slots kept free after the request
+// takes its own.
 func (g *gaugeCheck) withReserve(r int64) *gaugeCheck {
 	if g != nil && r > 0 {
+		r = min(r, MaxReserve)
 		g.keyFloor, g.wsFloor = ReserveFloor(r, g.keyCap), ReserveFloor(r, g.wsCap)
 	}
 	return g
@@ -522,7 +524,8 @@ var errHeldID = errors.New("llmrate: this admission ID already holds concurrency
 // Admit implements Store. An admission with an ID already admitted (within
 // five seconds of its clock) gets that first decision and debits nothing.
 // Gauges and reservations are described on Store and AdmitRequest.MaxWait;
-// a slot is released by the admission's Reconcile.
+// a slot is released by the admission's Reconcile. A priority reserve
+// (AdmitRequest.Reserve) above MaxReserve is decided as MaxReserve.
 func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error) {
 	if r.ID != "" {
 		return s.admitOnce(r)

@@ -336,3 +336,22 @@ func BenchmarkMiddlewarePriority(b *testing.B) { benchPriority(b, "batch") }
 // BenchmarkMiddlewarePriorityNoClass: WithPriority on, a request without
 // a class (no reserve): the class extractor's cost alone.
 func BenchmarkMiddlewarePriorityNoClass(b *testing.B) { benchPriority(b, "") }
+
+// TestMemoryStoreReserveAboveMax: a Reserve above MaxReserve is decided as
+// MaxReserve. At 999,999 millionths a bucket of 2,000,000 keeps
+// ⌈1,999,998⌉: a request of 2 tokens fits a full bucket, one of 3 never.
+func TestMemoryStoreReserveAboveMax(t *testing.T) {
+	t.Parallel()
+	lim := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000}
+	for _, r := range []int64{llmrate.MaxReserve, 1_000_000, 5_000_000} {
+		s := llmrate.NewMemoryStore()
+		req := llmrate.AdmitRequest{Key: "k", Workspace: "ws", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 3, Reserve: r, Now: time.Unix(1, 0)}
+		d, err := s.Admit(context.Background(), req)
+		require.NoError(t, err)
+		assert.True(t, d.NeverFits, "reserve %d: 3 tokens above a floor of 1,999,998 never fit", r)
+		req.Tokens = 2
+		d, err = s.Admit(context.Background(), req)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "reserve %d: 2 tokens fit exactly", r)
+	}
+}
