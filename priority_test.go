@@ -353,5 +353,21 @@ func TestMemoryStoreReserveAboveMax(t *testing.T) {
 		d, err = s.Admit(context.Background(), req)
 		require.NoError(t, err)
 		assert.True(t, d.Allowed, "reserve %d: 2 tokens fit exactly", r)
+
+		// A gauge of 2,000,000 keeps 1,999,998 slots free: two are taken.
+		g := lim
+		g.ConcurrentRequests = 2_000_000
+		req = llmrate.AdmitRequest{Key: "k", Workspace: "ws2", KeyLimits: g, WorkspaceLimits: g, Tokens: 1, Reserve: r, Now: time.Unix(1, 0)}
+		for i, id := range []string{"a1", "a2"} {
+			req.ID = id
+			d, err = s.Admit(context.Background(), req)
+			require.NoError(t, err)
+			assert.True(t, d.Allowed, "reserve %d: slot %d of 2,000,000 with 1,999,998 kept", r, i+1)
+		}
+		req.ID = "a3"
+		d, err = s.Admit(context.Background(), req)
+		require.NoError(t, err)
+		assert.False(t, d.Allowed, "reserve %d: a third would leave 1,999,997", r)
+		assert.True(t, d.ByReserve, "reserve %d", r)
 	}
 }
