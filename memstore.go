@@ -225,15 +225,14 @@ func (g *gaugeCheck) byReserve(b Bucket) bool {
 	return g.wsNow < g.wsCap
 }
 
-// withReserve sets the gauges' floors for a reserve of r millionths (above
-// MaxReserve: MaxReserve): ⌈r × figure⌉ slots kept free after the request
-// takes its own.
-func (g *gaugeCheck) withReserve(r int64) *gaugeCheck {
-	if g != nil && r > 0 {
+// withReserve sets the gauges' floors, if g is not nil, for a reserve of r
+// millionths (above MaxReserve: MaxReserve): ⌈r × figure⌉ slots kept free
+// after the request takes its own.
+func (g *gaugeCheck) withReserve(r int64) {
+	if g != nil {
 		r = min(r, MaxReserve)
 		g.keyFloor, g.wsFloor = ReserveFloor(r, g.keyCap), ReserveFloor(r, g.wsCap)
 	}
-	return g
 }
 
 // take records one slot of gauge h in sh.
@@ -533,18 +532,24 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return Decision{}, ErrNoAdmissionID
 	}
-	if windowed(r.KeyLimits, r.WorkspaceLimits) || r.Reserve != 0 {
-		return s.admitWindowed(r)
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		return s.admitWindowed(r, nil)
+	}
+	if r.Reserve > 0 {
+		return s.admitReserved(r)
 	}
 	return s.admit(&r), nil
 }
 
-// admitAny is admit, or admitWindowed with windows or a priority reserve
-// (AdmitRequest.Reserve: its floors are decided as a window's stages are),
-// or admitGauged under a gauge.
+// admitAny is admit, or admitWindowed with windows, or admitReserved with
+// a priority reserve (AdmitRequest.Reserve: its floors are decided as a
+// window's stages are), or admitGauged under a gauge.
 func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
-	if windowed(r.KeyLimits, r.WorkspaceLimits) || r.Reserve != 0 {
-		return s.admitWindowed(r)
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		return s.admitWindowed(r, nil)
+	}
+	if r.Reserve > 0 {
+		return s.admitReserved(r)
 	}
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return s.admitGauged(r)

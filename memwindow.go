@@ -172,8 +172,7 @@ func winSetOf(sh *memShard, bound int, h uint64, windows []Window, now, last int
 // debited, its figures and its name.
 type winStage struct {
 	b           *bucket
-	need, debit int64
-	floor       int64 // what a priority reserve keeps in it (AdmitRequest.Reserve); 0: none
+	need, debit int64 // need includes a priority reserve's floor (withReserve)
 	rate, cap   int64
 	period      uint64
 	bucket      Bucket
@@ -218,29 +217,31 @@ func windowStages(st []winStage, ws *winSet, windows []Window, scope int, tokens
 	return st
 }
 
-// withReserve sets each stage's floor for a reserve of r millionths (0:
-// none; above MaxReserve: MaxReserve): ⌈r × capacity⌉.
+// withReserve adds to what each stage needs the floor a reserve of r
+// millionths keeps in it (r > 0; above MaxReserve: MaxReserve), ⌈r ×
+// capacity⌉: the level the stage must hold to admit the request is its
+// own need (at most capacity + 1: one that large never fits anyway) plus
+// the floor, so that decideStages checks, and waits for, need as without a
+// reserve, at no cost to requests without one.
 func withReserve(st []winStage, r int64) {
-	if r <= 0 {
-		return
-	}
 	r = min(r, MaxReserve)
 	for i := range st {
-		st[i].floor = ReserveFloor(r, st[i].cap)
+		st[i].need = min(st[i].need, st[i].cap+1) + ReserveFloor(r, st[i].cap)
 	}
 }
 
-// above is the level the stage must hold to admit the request: its need
-// plus its floor; past the capacity (capacity + 1) when the request is
-// larger than the capacity less the floor, so that it never fits.
-func (s *winStage) above() int64 {
-	if s.floor == 0 {
-		return s.need
+// byReserve reports whether the stage that refused a request with a
+// reserve of r millionths (withReserve; the first whose level is below its
+// need: a refusal debits nothing) had room for the request's own need:
+// only the floor kept it out.
+func byReserve(st []winStage, r int64) bool {
+	r = min(r, MaxReserve)
+	for i := range st {
+		if s := &st[i]; s.b.level < s.need {
+			return s.b.level >= s.need-ReserveFloor(r, s.cap)
+		}
 	}
-	if s.need > s.cap-s.floor {
-		return s.cap + 1
-	}
-	return s.need + s.floor
+	return false
 }
 
 // decideStages decides over stages in order, then the gauges (g; nil: none
@@ -250,13 +251,14 @@ func (s *winStage) above() int64 {
 // RetryAfter is the largest of the stages' exact waits, each capped at
 // MaxRetryAfter or its window's Per when longer. With floors (withReserve)
 // a stage has room only above its floor, and a gauge a free slot only
-// above its (gaugeCheck.withReserve); ByReserve says the refusing one
-// would have had room without them.
+// above its (gaugeCheck.withReserve): a gauge's refusal sets ByReserve
+// when the gauge had a free slot; for a stage's, the caller sets it
+// (byReserve).
 func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision {
 	var d Decision
 	refused := -1
 	for i := range st {
-		if st[i].b.level < st[i].above() {
+		if st[i].b.level < st[i].need {
 			refused = i
 			break
 		}
@@ -277,12 +279,11 @@ func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision 
 		d.Allowed = true
 		return d
 	}
-	rs := &st[refused]
-	d.Refused, d.Window, d.ByReserve = rs.bucket, rs.window, rs.floor > 0 && rs.b.level >= rs.need
+	d.Refused, d.Window = st[refused].bucket, st[refused].window
 	var exact time.Duration // the exact time until all fit (past every cap: beyond it)
 	for _, s := range st {
 		c := max(MaxRetryAfter, time.Duration(s.period))
-		w, never := s.b.pwait(s.above(), s.rate, s.cap, c+1, s.period)
+		w, never := s.b.pwait(s.need, s.rate, s.cap, c+1, s.period)
 		d.NeverFits = d.NeverFits || never
 		exact = max(exact, w)
 		d.RetryAfter = max(d.RetryAfter, min(w, c))
@@ -331,23 +332,26 @@ func perMinuteStages(st []winStage, ke, we *entry, kl, wl Limits, tokens int64) 
 	return st
 }
 
+// admitReserved is Admit for a request with a priority reserve
+// (AdmitRequest.Reserve) and no windows: admitWindowed over the four
+// per-minute stages, kept in an array of its own (no allocation, and no
+// cost to admitWindowed's other callers).
+func (s *MemoryStore) admitReserved(r AdmitRequest) (Decision, error) {
+	var four [4]winStage
+	return s.admitWindowed(r, four[:0])
+}
+
 // admitWindowed is Admit for figures with windows (gauges too, if any),
 // or with a priority reserve (AdmitRequest.Reserve): the per-minute
 // buckets, the key's windows, the workspace's and the gauges in one
-// decision, under both shards' locks, each above its floor.
-func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
-	if n := len(r.KeyLimits.Windows) + len(r.WorkspaceLimits.Windows); n > 0 {
-		return s.admitStaged(&r, make([]winStage, 0, 4+4*n))
-	}
-	var four [4]winStage // the per-minute stages alone (a reserve without windows): no allocation
-	return s.admitStaged(&r, four[:0])
-}
-
-// admitStaged is admitWindowed deciding over st, an empty slice with room
-// for every stage.
-func (s *MemoryStore) admitStaged(r *AdmitRequest, st []winStage) (Decision, error) {
+// decision, under both shards' locks, each above its floor. st is an
+// empty slice with room for every stage, or nil (allocated here).
+func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, error) {
 	now := r.Now.UnixNano()
 	tokens, input := r.Tokens, max(0, r.InputTokens)
+	if st == nil {
+		st = make([]winStage, 0, 4+4*(len(r.KeyLimits.Windows)+len(r.WorkspaceLimits.Windows)))
+	}
 	var ev evicted
 	if r.Solo {
 		lim := r.WorkspaceLimits
@@ -371,7 +375,6 @@ func (s *MemoryStore) admitStaged(r *AdmitRequest, st []winStage) (Decision, err
 		levels := make([]WindowLevels, len(lim.Windows))
 		st = perMinuteStages(st, e, nil, lim, lim, tokens)
 		st = windowStages(st, ws, lim.Windows, 0, tokens, input, levels)
-		withReserve(st, r.Reserve)
 		var g *gaugeCheck
 		if lim.ConcurrentRequests > 0 {
 			if r.ID == "" {
@@ -381,7 +384,14 @@ func (s *MemoryStore) admitStaged(r *AdmitRequest, st []winStage) (Decision, err
 			}
 			g = &gaugeCheck{keyCap: lim.ConcurrentRequests, keyNow: sh.inFlight[wh]}
 		}
-		d := decideStages(st, r.MaxWait, g.withReserve(r.Reserve))
+		if r.Reserve > 0 {
+			withReserve(st, r.Reserve)
+			g.withReserve(r.Reserve)
+		}
+		d := decideStages(st, r.MaxWait, g)
+		if r.Reserve > 0 && !d.Allowed && !d.Refused.Concurrent() {
+			d.ByReserve = byReserve(st, r.Reserve)
+		}
 		report(&d, st, true)
 		if len(levels) > 0 {
 			d.KeyWindows, d.WorkspaceWindows = levels, levels
@@ -424,12 +434,18 @@ func (s *MemoryStore) admitStaged(r *AdmitRequest, st []winStage) (Decision, err
 	st = perMinuteStages(st, ke, we, r.KeyLimits, r.WorkspaceLimits, tokens)
 	st = windowStages(st, kw, r.KeyLimits.Windows, 0, tokens, input, kls)
 	st = windowStages(st, ww, r.WorkspaceLimits.Windows, 1, tokens, input, wls)
-	withReserve(st, r.Reserve)
 	var g *gaugeCheck
 	if kc > 0 || wc > 0 {
 		g = &gaugeCheck{keyCap: kc, keyNow: ks.inFlight[pk], wsCap: wc, wsNow: wsh.inFlight[wh]}
 	}
-	d := decideStages(st, r.MaxWait, g.withReserve(r.Reserve))
+	if r.Reserve > 0 {
+		withReserve(st, r.Reserve)
+		g.withReserve(r.Reserve)
+	}
+	d := decideStages(st, r.MaxWait, g)
+	if r.Reserve > 0 && !d.Allowed && !d.Refused.Concurrent() {
+		d.ByReserve = byReserve(st, r.Reserve)
+	}
 	report(&d, st, false)
 	if len(kls) > 0 {
 		d.KeyWindows = kls

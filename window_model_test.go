@@ -270,7 +270,7 @@ func (m *wModel) admit(r wReq) llmrate.Decision {
 		}
 		if r.maxWait > 0 && !d.NeverFits && exact.Cmp(big.NewInt(int64(r.maxWait))) <= 0 {
 			debit()
-			d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter = true, 0, 0, time.Duration(exact.Int64()), 0
+			d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter, d.ByReserve = true, 0, 0, time.Duration(exact.Int64()), 0, false
 		}
 	}
 	if len(r.kl.Windows)+len(r.wl.Windows) == 0 && r.reserve == 0 {

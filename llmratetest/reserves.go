@@ -221,6 +221,7 @@ func runReserves(t *testing.T, f factory) {
 		d, _ = e.admit(res)
 		mustEqual(t, true, d.Allowed, "a reservation")
 		equal(t, time.Second, d.Wait, "until 1,000 tokens fit above the floor")
+		equal(t, false, d.ByReserve, "allowed: ByReserve is false")
 		equal(t, int64(59_000), d.Remaining[llmrate.KeyTokens], "debited now, below the floor")
 		d, _ = e.admit(res)
 		mustEqual(t, true, d.Allowed, "a second reservation")
