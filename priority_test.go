@@ -371,3 +371,18 @@ func TestMemoryStoreReserveAboveMax(t *testing.T) {
 		assert.True(t, d.ByReserve, "reserve %d", r)
 	}
 }
+
+// TestPriorityMessageNamesThePerMinuteBucket: with a one-minute window
+// beside the per-minute tokens bucket, a refusal by the per-minute
+// bucket's floor is named as the per-minute bucket (it had room for the
+// request, but not above its floor), not as the window.
+func TestPriorityMessageNamesThePerMinuteBucket(t *testing.T) {
+	t.Parallel()
+	lim := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 1000, Windows: []llmrate.Window{{Per: time.Minute, Tokens: 5000}}}
+	h := newHarness(t, okHandler, llmrate.WithTiers(uniform(lim)), halfBatch())
+	assert.Equal(t, 10, h.burstClass("sk-1", "batch", 100, 30), "the per-minute bucket's floor of 1,000 first")
+	w := h.sendClass("sk-1", "batch", 100)
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "Rate limit reached for tokens per minute (key) on the free tier: limit 1000 per minute, burst 2000, of which 50% is kept for other traffic (priority class batch). Please try again in 6s. See "+llmrate.DefaultDocsURL,
+		decodeErr(t, w).Error.Message)
+}
