@@ -386,3 +386,27 @@ func TestPriorityMessageNamesThePerMinuteBucket(t *testing.T) {
 	assert.Equal(t, "Rate limit reached for tokens per minute (key) on the free tier: limit 1000 per minute, burst 2000, of which 50% is kept for other traffic (priority class batch). Please try again in 6s. See "+llmrate.DefaultDocsURL,
 		decodeErr(t, w).Error.Message)
 }
+
+// TestPriorityCalibrationNeverTurnsAFitIntoNeverFits: with a reserve, the
+// calibrated estimate is held to what the reserve leaves of the smallest
+// tokens bucket (2,000 − ⌈0.5 × 2,000⌉ = 1,000), so a request whose raw
+// estimate fits there is admitted, not refused as never fitting.
+func TestPriorityCalibrationNeverTurnsAFitIntoNeverFits(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	lim := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 1000}
+	h := newHarness(t, reportHandler, llmrate.WithTiers(uniform(lim)), llmrate.WithCalibration(), llmrate.WithObserver(rec), halfBatch())
+	for range 8 {
+		calSend(t, h, rec, "", 10, 0, 40) // ratio 4, no class
+	}
+	require.Equal(t, 4.0, h.lim.Calibration()[""])
+	h.clock.Advance(10 * time.Minute) // full again
+	// Raw 600 fits the 1,000 the reserve leaves; scaled ×4 it would be 2,400.
+	w := postBody(h.h, "sk-cal", strings.Repeat("x", 4*600), "X-In", "0", "X-Out", "600", priorityHeader, "batch")
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	last := rec.decisions[len(rec.decisions)-1]
+	assert.Equal(t, int64(1000), last.Estimate, "held to the capacity less the floor")
+	assert.Equal(t, "batch", last.Class)
+}
