@@ -61,7 +61,10 @@
 // once: past it a request is shed before any store call (nothing debited)
 // with a 503 overloaded answer (Anthropic's 529 overloaded_error when it
 // carries anthropic-version), which the providers' SDKs retry; Shed
-// counts them.
+// counts them. WithPriority keeps a share of every bucket and gauge from
+// the priority classes named (a batch job) for the rest of the traffic:
+// such a class reaches (1 − reserve) of each bucket, even alone, and a
+// class read from a header the client sets is the client's choice.
 //
 // # Limits as providers publish them
 //

@@ -197,20 +197,42 @@ type heldSlots struct {
 }
 
 // gaugeCheck is what decide needs to know of the gauges in force: each
-// figure (0: no cap) and the slots held now.
+// figure (0: no cap) and the slots held now; with a priority reserve
+// (AdmitRequest.Reserve), the slots each gauge keeps free for other
+// traffic (its floor; set by decideStages' callers through withReserve).
 type gaugeCheck struct {
 	keyCap, keyNow, wsCap, wsNow int64
+	keyFloor, wsFloor            int64
 }
 
-// full returns the first gauge without a free slot.
+// full returns the first gauge without a free slot above its floor.
 func (g *gaugeCheck) full() (Bucket, bool) {
 	switch {
-	case g.keyCap > 0 && g.keyNow >= g.keyCap:
+	case g.keyCap > 0 && g.keyNow+g.keyFloor >= g.keyCap:
 		return KeyConcurrent, true
-	case g.wsCap > 0 && g.wsNow >= g.wsCap:
+	case g.wsCap > 0 && g.wsNow+g.wsFloor >= g.wsCap:
 		return WorkspaceConcurrent, true
 	}
 	return 0, false
+}
+
+// byReserve reports whether gauge b, which full named, has a free slot all
+// the same: only its floor kept the request out.
+func (g *gaugeCheck) byReserve(b Bucket) bool {
+	if b == KeyConcurrent {
+		return g.keyNow < g.keyCap
+	}
+	return g.wsNow < g.wsCap
+}
+
+// withReserve sets the gauges' floors, if g is not nil, for a reserve of r
+// millionths (above MaxReserve: MaxReserve): ⌈r × figure⌉ slots kept free
+// after the request takes its own.
+func (g *gaugeCheck) withReserve(r int64) {
+	if g != nil {
+		r = min(r, MaxReserve)
+		g.keyFloor, g.wsFloor = ReserveFloor(r, g.keyCap), ReserveFloor(r, g.wsCap)
+	}
 }
 
 // take records one slot of gauge h in sh.
@@ -501,7 +523,8 @@ var errHeldID = errors.New("llmrate: this admission ID already holds concurrency
 // Admit implements Store. An admission with an ID already admitted (within
 // five seconds of its clock) gets that first decision and debits nothing.
 // Gauges and reservations are described on Store and AdmitRequest.MaxWait;
-// a slot is released by the admission's Reconcile.
+// a slot is released by the admission's Reconcile. A priority reserve
+// (AdmitRequest.Reserve) above MaxReserve is decided as MaxReserve.
 func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error) {
 	if r.ID != "" {
 		return s.admitOnce(r)
@@ -510,16 +533,23 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 		return Decision{}, ErrNoAdmissionID
 	}
 	if windowed(r.KeyLimits, r.WorkspaceLimits) {
-		return s.admitWindowed(r)
+		return s.admitWindowed(r, nil)
+	}
+	if r.Reserve > 0 {
+		return s.admitReserved(r)
 	}
 	return s.admit(&r), nil
 }
 
-// admitAny is admit, or admitWindowed with windows, or admitGauged under a
-// gauge.
+// admitAny is admit, or admitWindowed with windows, or admitReserved with
+// a priority reserve (AdmitRequest.Reserve: its floors are decided as a
+// window's stages are), or admitGauged under a gauge.
 func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
 	if windowed(r.KeyLimits, r.WorkspaceLimits) {
-		return s.admitWindowed(r)
+		return s.admitWindowed(r, nil)
+	}
+	if r.Reserve > 0 {
+		return s.admitReserved(r)
 	}
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return s.admitGauged(r)

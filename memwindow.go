@@ -172,7 +172,7 @@ func winSetOf(sh *memShard, bound int, h uint64, windows []Window, now, last int
 // debited, its figures and its name.
 type winStage struct {
 	b           *bucket
-	need, debit int64
+	need, debit int64 // need includes a priority reserve's floor (withReserve)
 	rate, cap   int64
 	period      uint64
 	bucket      Bucket
@@ -217,12 +217,43 @@ func windowStages(st []winStage, ws *winSet, windows []Window, scope int, tokens
 	return st
 }
 
+// withReserve adds to what each stage needs the floor a reserve of r
+// millionths keeps in it (r > 0; above MaxReserve: MaxReserve), ⌈r ×
+// capacity⌉: the level the stage must hold to admit the request is its
+// own need (at most capacity + 1: one that large never fits anyway) plus
+// the floor, so that decideStages checks, and waits for, need as without a
+// reserve, at no cost to requests without one.
+func withReserve(st []winStage, r int64) {
+	r = min(r, MaxReserve)
+	for i := range st {
+		st[i].need = min(st[i].need, st[i].cap+1) + ReserveFloor(r, st[i].cap)
+	}
+}
+
+// byReserve reports whether the stage that refused a request with a
+// reserve of r millionths (withReserve; the first whose level is below its
+// need: a refusal debits nothing) had room for the request's own need:
+// only the floor kept it out.
+func byReserve(st []winStage, r int64) bool {
+	r = min(r, MaxReserve)
+	for i := range st {
+		if s := &st[i]; s.b.level < s.need {
+			return s.b.level >= s.need-ReserveFloor(r, s.cap)
+		}
+	}
+	return false
+}
+
 // decideStages decides over stages in order, then the gauges (g; nil: none
 // in force): all are debited only if all have room and every gauge a free
 // slot (the caller takes the slots); with maxWait > 0 a request that would
 // fit every stage within maxWait is debited all the same (a reservation).
 // RetryAfter is the largest of the stages' exact waits, each capped at
-// MaxRetryAfter or its window's Per when longer.
+// MaxRetryAfter or its window's Per when longer. With floors (withReserve)
+// a stage has room only above its floor, and a gauge a free slot only
+// above its (gaugeCheck.withReserve): a gauge's refusal sets ByReserve
+// when the gauge had a free slot; for a stage's, the caller sets it
+// (byReserve).
 func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision {
 	var d Decision
 	refused := -1
@@ -240,7 +271,7 @@ func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision 
 	if refused < 0 {
 		if g != nil {
 			if b, full := g.full(); full {
-				d.Refused, d.RetryAfter = b, time.Second
+				d.Refused, d.RetryAfter, d.ByReserve = b, time.Second, g.byReserve(b)
 				return d
 			}
 		}
@@ -262,7 +293,7 @@ func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision 
 	}
 	if g != nil {
 		if b, full := g.full(); full {
-			d.Refused, d.Window, d.RetryAfter = b, 0, max(d.RetryAfter, time.Second)
+			d.Refused, d.Window, d.RetryAfter, d.ByReserve = b, 0, max(d.RetryAfter, time.Second), g.byReserve(b)
 			return d
 		}
 	}
@@ -301,13 +332,26 @@ func perMinuteStages(st []winStage, ke, we *entry, kl, wl Limits, tokens int64) 
 	return st
 }
 
-// admitWindowed is Admit for figures with windows (gauges too, if any):
-// the per-minute buckets, the key's windows, the workspace's and the
-// gauges in one decision, under both shards' locks.
-func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
+// admitReserved is Admit for a request with a priority reserve
+// (AdmitRequest.Reserve) and no windows: admitWindowed over the four
+// per-minute stages, kept in an array of its own (no allocation, and no
+// cost to admitWindowed's other callers).
+func (s *MemoryStore) admitReserved(r AdmitRequest) (Decision, error) {
+	var four [4]winStage
+	return s.admitWindowed(r, four[:0])
+}
+
+// admitWindowed is Admit for figures with windows (gauges too, if any),
+// or with a priority reserve (AdmitRequest.Reserve): the per-minute
+// buckets, the key's windows, the workspace's and the gauges in one
+// decision, under both shards' locks, each above its floor. st is an
+// empty slice with room for every stage, or nil (allocated here).
+func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, error) {
 	now := r.Now.UnixNano()
 	tokens, input := r.Tokens, max(0, r.InputTokens)
-	st := make([]winStage, 0, 4+4*(len(r.KeyLimits.Windows)+len(r.WorkspaceLimits.Windows)))
+	if st == nil {
+		st = make([]winStage, 0, 4+4*(len(r.KeyLimits.Windows)+len(r.WorkspaceLimits.Windows)))
+	}
 	var ev evicted
 	if r.Solo {
 		lim := r.WorkspaceLimits
@@ -322,7 +366,12 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 				return Decision{}, errHeldID
 			}
 		}
-		ws := winSetOf(sh, s.perShard, wh, lim.Windows, now, e.last, &ev)
+		// A request with a reserve but no windows leaves the windows alone,
+		// as any request without windows does.
+		var ws *winSet
+		if len(lim.Windows) > 0 {
+			ws = winSetOf(sh, s.perShard, wh, lim.Windows, now, e.last, &ev)
+		}
 		levels := make([]WindowLevels, len(lim.Windows))
 		st = perMinuteStages(st, e, nil, lim, lim, tokens)
 		st = windowStages(st, ws, lim.Windows, 0, tokens, input, levels)
@@ -335,9 +384,18 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 			}
 			g = &gaugeCheck{keyCap: lim.ConcurrentRequests, keyNow: sh.inFlight[wh]}
 		}
+		if r.Reserve > 0 {
+			withReserve(st, r.Reserve)
+			g.withReserve(r.Reserve)
+		}
 		d := decideStages(st, r.MaxWait, g)
+		if r.Reserve > 0 && !d.Allowed && !d.Refused.Concurrent() {
+			d.ByReserve = byReserve(st, r.Reserve)
+		}
 		report(&d, st, true)
-		d.KeyWindows, d.WorkspaceWindows = levels, levels
+		if len(levels) > 0 {
+			d.KeyWindows, d.WorkspaceWindows = levels, levels
+		}
 		if d.Allowed && g != nil {
 			sh.take(wh)
 			sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
@@ -367,8 +425,11 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 			return Decision{}, errHeldID
 		}
 	}
-	kw := winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, now, ke.last, &ev)
-	ww := winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, now, we.last, &ev)
+	var kw, ww *winSet
+	if windowed(r.KeyLimits, r.WorkspaceLimits) { // not for a reserve alone: windows are left alone
+		kw = winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, now, ke.last, &ev)
+		ww = winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, now, we.last, &ev)
+	}
 	kls, wls := make([]WindowLevels, len(r.KeyLimits.Windows)), make([]WindowLevels, len(r.WorkspaceLimits.Windows))
 	st = perMinuteStages(st, ke, we, r.KeyLimits, r.WorkspaceLimits, tokens)
 	st = windowStages(st, kw, r.KeyLimits.Windows, 0, tokens, input, kls)
@@ -377,7 +438,14 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest) (Decision, error) {
 	if kc > 0 || wc > 0 {
 		g = &gaugeCheck{keyCap: kc, keyNow: ks.inFlight[pk], wsCap: wc, wsNow: wsh.inFlight[wh]}
 	}
+	if r.Reserve > 0 {
+		withReserve(st, r.Reserve)
+		g.withReserve(r.Reserve)
+	}
 	d := decideStages(st, r.MaxWait, g)
+	if r.Reserve > 0 && !d.Allowed && !d.Refused.Concurrent() {
+		d.ByReserve = byReserve(st, r.Reserve)
+	}
 	report(&d, st, false)
 	if len(kls) > 0 {
 		d.KeyWindows = kls

@@ -145,6 +145,11 @@ type admission struct {
 	// waits is set when the request holds a place among the waiters and
 	// must wait d.Wait before it is forwarded (wait.go).
 	waits bool
+	// class is the request's priority class when it is a key of
+	// WithPriority's reserves ("" otherwise), reserve its reserve in
+	// millionths (AdmitRequest.Reserve).
+	class   string
+	reserve int64
 }
 
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -228,6 +233,9 @@ func (l *Limiter) identify(r *http.Request, a *admission) (status int, code, msg
 	if reservedWorkspace(a.ws) {
 		return http.StatusUnauthorized, "invalid_api_key", reservedMsg, nil
 	}
+	if l.cfg.class != nil {
+		a.class, a.reserve = l.cfg.classOf(r)
+	}
 	return 0, "", "", nil
 }
 
@@ -271,7 +279,12 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		// into one that never fits (held to the smallest tokens capacity,
 		// windows' included) nor the reverse (a raw estimate past it is
 		// debited unscaled).
-		if c := smallestTokensCapacity(a.kl, a.wl); a.raw > c {
+		// With a priority reserve, the capacity is what the reserve
+		// leaves: ⌊(1 − r) × capacity⌋ grows with the capacity, so the
+		// smallest bucket's is the smallest.
+		c := smallestTokensCapacity(a.kl, a.wl)
+		c -= ReserveFloor(a.reserve, c)
+		if a.raw > c {
 			a.est = a.raw
 		} else if a.est > c {
 			a.est = c
@@ -285,7 +298,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		}
 	}
 	a.now = c.clock()
-	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, InputTokens: a.input, Solo: l.solo, Now: a.now}
+	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, InputTokens: a.input, Solo: l.solo, Now: a.now, Reserve: a.reserve}
 	if a.kl.ConcurrentRequests > 0 || a.wl.ConcurrentRequests > 0 {
 		// Its slots are released by the reconcile carrying this identity.
 		a.gauged = true
@@ -328,7 +341,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		a.d.Window = time.Minute
 	}
 	if o := c.observer; o != nil {
-		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Tier: tier, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow}
+		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Tier: tier, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow, Class: a.class}
 		if a.d.Allowed {
 			ev.Wait = a.d.Wait
 		}

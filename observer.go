@@ -48,6 +48,10 @@ type DecisionEvent struct {
 	// the request is held before the next handler sees it (in shadow mode:
 	// would be held). Decided is called before the wait. 0: it fits now.
 	Wait time.Duration
+	// Class is the request's priority class (WithPriority) when it is a
+	// key of the reserves; "" otherwise, and without WithPriority. A name
+	// not in the reserves is never reported: it may come from the client.
+	Class string
 }
 
 // ReconcileKind says which case of the charge rule applied to a response.

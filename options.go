@@ -51,6 +51,11 @@ type config struct {
 	cost      func(model string, u usage.Usage) int64
 	calibrate bool
 
+	// Priority reserves (priority.go): the class extractor and each listed
+	// class's reserve in millionths; nil: off.
+	class    Extractor
+	reserves map[string]int64
+
 	maxWait           time.Duration
 	maxInFlight       int
 	maxWaiters        int

@@ -70,6 +70,11 @@ func refusalMessage(a *admission, secs int64, docs string) string {
 		}
 	}
 	if a.d.NeverFits {
+		if msg, ok := reserveNeverFitsMessage(a, docs); ok {
+			return msg
+		}
+	}
+	if a.d.NeverFits {
 		scope, capacity := "workspace", 2*a.wl.TokensPerMinute
 		if a.est > 2*a.kl.TokensPerMinute {
 			scope, capacity = "key", 2*a.kl.TokensPerMinute
@@ -99,11 +104,11 @@ func refusalMessage(a *admission, secs int64, docs string) string {
 		if b.Scope() == "key" {
 			where = "for this API key"
 		}
-		return fmt.Sprintf("Rate limit reached for %s %s on %s per minute %s: limit %d per minute, burst %d. Please try again in %ds. See %s",
-			a.entry, where, dim, planPhrase(a), figure, 2*figure, secs, docs)
+		return fmt.Sprintf("Rate limit reached for %s %s on %s per minute %s: limit %d per minute, burst %d%s. Please try again in %ds. See %s",
+			a.entry, where, dim, planPhrase(a), figure, 2*figure, reserveClause(a), secs, docs)
 	}
-	return fmt.Sprintf("Rate limit reached for %s per minute (%s) %s: limit %d per minute, burst %d. Please try again in %ds. See %s",
-		dim, b.Scope(), planPhrase(a), figure, 2*figure, secs, docs)
+	return fmt.Sprintf("Rate limit reached for %s per minute (%s) %s: limit %d per minute, burst %d%s. Please try again in %ds. See %s",
+		dim, b.Scope(), planPhrase(a), figure, 2*figure, reserveClause(a), secs, docs)
 }
 
 // planPhrase says where the figures of a refusal come from.
@@ -139,11 +144,11 @@ func concurrencyMessage(a *admission, b Bucket, secs int64, docs string) string 
 		if b.Scope() == "key" {
 			where = "for this API key"
 		}
-		return fmt.Sprintf("Rate limit reached for %s %s on concurrent requests %s: limit %d in flight at once. Please try again in %ds, once a response in flight has ended. See %s",
-			a.entry, where, planPhrase(a), figure, secs, docs)
+		return fmt.Sprintf("Rate limit reached for %s %s on concurrent requests %s: limit %d in flight at once%s. Please try again in %ds, once a response in flight has ended. See %s",
+			a.entry, where, planPhrase(a), figure, reserveClause(a), secs, docs)
 	}
-	return fmt.Sprintf("Rate limit reached for concurrent requests (%s) %s: limit %d in flight at once. Please try again in %ds, once a response in flight has ended. See %s",
-		b.Scope(), planPhrase(a), figure, secs, docs)
+	return fmt.Sprintf("Rate limit reached for concurrent requests (%s) %s: limit %d in flight at once%s. Please try again in %ds, once a response in flight has ended. See %s",
+		b.Scope(), planPhrase(a), figure, reserveClause(a), secs, docs)
 }
 
 // refusingWindow returns the window whose bucket refused a: a window's
@@ -161,6 +166,9 @@ func refusingWindow(a *admission) (Window, bool) {
 		if b.Tokens() {
 			need = a.est
 		}
+		// Above the floor of the request's priority reserve, if any.
+		capacity := 2 * b.PerMinute(a.kl, a.wl)
+		need = min(need, capacity+1) + ReserveFloor(a.reserve, capacity)
 		if a.d.Remaining[b] < need {
 			return Window{}, false
 		}
@@ -191,11 +199,11 @@ func windowMessage(a *admission, b Bucket, w Window, secs int64, docs string) st
 		if b.Scope() == "key" {
 			where = "for this API key"
 		}
-		return fmt.Sprintf("Rate limit reached for %s %s on %s %s: limit %d per %s. Please try again in %ds. See %s",
-			a.entry, where, meterPhrase(b, w.Per), planPhrase(a), figure, per, secs, docs)
+		return fmt.Sprintf("Rate limit reached for %s %s on %s %s: limit %d per %s%s. Please try again in %ds. See %s",
+			a.entry, where, meterPhrase(b, w.Per), planPhrase(a), figure, per, reserveClause(a), secs, docs)
 	}
-	return fmt.Sprintf("Rate limit reached for %s (%s) %s: limit %d per %s. Please try again in %ds. See %s",
-		meterPhrase(b, w.Per), b.Scope(), planPhrase(a), figure, per, secs, docs)
+	return fmt.Sprintf("Rate limit reached for %s (%s) %s: limit %d per %s%s. Please try again in %ds. See %s",
+		meterPhrase(b, w.Per), b.Scope(), planPhrase(a), figure, per, reserveClause(a), secs, docs)
 }
 
 // windowNeverFitsMessage is the 429 message of a request larger than a

@@ -204,12 +204,15 @@ type AdmitRequest struct {
 	// buckets, the figure for a window's), and every gauge it takes keeps
 	// at least ⌈r × figure / 1,000,000⌉ slots free after taking its own. An
 	// OutputTokens meter (debited nothing) must hold at least its floor
-	// plus 1. Floors are computed in exact integers. A request whose debit
-	// would fit a bucket but not above its floor is refused by that bucket
-	// with Decision.ByReserve set; RetryAfter is then the wait until it
+	// plus 1. Floors are computed in exact integers. Decision.Refused
+	// names the first bucket (in the order above), or else gauge, without
+	// room above its floor, with Decision.ByReserve set when that one had
+	// room for the request itself; RetryAfter is then the wait until it
 	// fits above the floor in every bucket (a gauge's: 1 s), and with
 	// MaxWait a reservation waits until then. A request larger than some
-	// bucket's capacity less its floor never fits (Decision.NeverFits).
+	// bucket's capacity less its floor never fits (Decision.NeverFits); a
+	// gauge never sets NeverFits, even one whose floor leaves no slot (a
+	// figure of 1 keeps its one slot from any reserve).
 	// Stores that hand out local capacity (Redis leases) decide a request
 	// with a reserve on the shared state, never from a lease. Stores
 	// written before reserves ignore it: do not combine such a store with

@@ -17,7 +17,8 @@ import (
 // The windows' reference model: every bucket (the four per-minute ones and
 // each window meter's) is an exact rational level with its own capacity
 // and period, refilled lazily on touch. It shares no code with llmrate:
-// the charges and bounds are written out from DESIGN §4, §5 and §18.
+// the charges and bounds are written out from DESIGN §4, §5 and §18, and
+// a priority reserve's floors from §19 (⌈r × capacity⌉, in big integers).
 
 type wBucket struct {
 	level  *big.Rat
@@ -169,6 +170,7 @@ type wStage struct {
 }
 
 type wReq struct {
+	reserve            int64 // millionths (AdmitRequest.Reserve)
 	key, ws            string
 	kl, wl             llmrate.Limits
 	solo               bool
@@ -222,9 +224,18 @@ func (m *wModel) admit(r wReq) llmrate.Decision {
 	} else {
 		d.WorkspaceWindows = d.KeyWindows
 	}
+	// A reserve's floor in each bucket: ⌈reserve × capacity / 10^6⌉.
+	floor := func(s wStage) int64 {
+		f := new(big.Rat).SetFrac(new(big.Int).Mul(big.NewInt(r.reserve), big.NewInt(s.b.cap)), big.NewInt(1_000_000))
+		q := floorRat(f)
+		if new(big.Rat).SetInt64(q).Cmp(f) < 0 {
+			q++
+		}
+		return q
+	}
 	refused := -1
 	for i, s := range st {
-		if s.b.level.Cmp(rat(s.need)) < 0 {
+		if s.b.level.Cmp(rat(s.need+floor(s))) < 0 {
 			refused = i
 			break
 		}
@@ -239,11 +250,12 @@ func (m *wModel) admit(r wReq) llmrate.Decision {
 		d.Allowed = true
 	} else {
 		d.Refused, d.Window = st[refused].bucket, st[refused].b.period
+		d.ByReserve = floor(st[refused]) > 0 && st[refused].b.level.Cmp(rat(st[refused].need)) >= 0
 		exact := new(big.Int)
 		for _, s := range st {
 			c := max(time.Minute, s.b.period)
-			w := s.b.waitNS(s.need)
-			if s.need > s.b.cap {
+			w := s.b.waitNS(s.need + floor(s))
+			if s.need+floor(s) > s.b.cap {
 				d.NeverFits = true
 				w = big.NewInt(int64(c) + 1)
 			}
@@ -258,11 +270,14 @@ func (m *wModel) admit(r wReq) llmrate.Decision {
 		}
 		if r.maxWait > 0 && !d.NeverFits && exact.Cmp(big.NewInt(int64(r.maxWait))) <= 0 {
 			debit()
-			d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter = true, 0, 0, time.Duration(exact.Int64()), 0
+			d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter, d.ByReserve = true, 0, 0, time.Duration(exact.Int64()), 0, false
 		}
 	}
-	if len(r.kl.Windows)+len(r.wl.Windows) == 0 {
-		d.Window = 0 // without windows a store may leave it 0 (the limiter reads a minute)
+	if len(r.kl.Windows)+len(r.wl.Windows) == 0 && r.reserve == 0 {
+		// Without windows a store may leave it 0 (the limiter reads a
+		// minute): the memory store's fast path does; a request with a
+		// reserve is decided on the staged path, which names its minute.
+		d.Window = 0
 	}
 	lv := func(s *wScope, k wKey) int64 { return floorRat(s.b[k].level) }
 	d.Remaining[0], d.Remaining[1] = lv(ks, wKey{-1, time.Minute}), lv(ks, wKey{-2, time.Minute})
@@ -336,8 +351,10 @@ func (m *wModel) reconcile(r wReq) {
 // and refunds (absurd reports included), and figure changes (windows
 // added, dropped, resized, their Per changed) against the memory store
 // and the reference: every decision (refusing bucket, window, exact
-// Retry-After and reservation wait, never-fits) and every level
-// (per-minute and each window meter's) must match. Odd seeds are Solo.
+// Retry-After and reservation wait, never-fits, refused by a reserve) and
+// every level (per-minute and each window meter's) must match. A third of
+// the admissions carry a priority reserve (AdmitRequest.Reserve), with or
+// without windows. Odd seeds are Solo.
 func TestWindowsModelBased(t *testing.T) {
 	t.Parallel()
 	seeds, first := 400, uint64(0)
@@ -444,14 +461,17 @@ func runWindowSequence(seed uint64) error {
 			if r.IntN(4) == 0 {
 				q.maxWait = time.Duration(r.Int64N(int64(time.Minute)))
 			}
+			if r.IntN(3) == 0 {
+				q.reserve = []int64{1, 333_333, 500_000, 999_999, 1 + r.Int64N(999_999)}[r.IntN(5)]
+			}
 			got, err := store.Admit(context.Background(), llmrate.AdmitRequest{Key: q.key, Workspace: q.ws, KeyLimits: q.kl, WorkspaceLimits: q.wl,
-				Solo: solo, Now: now, Tokens: q.tokens, InputTokens: q.input, MaxWait: q.maxWait})
+				Solo: solo, Now: now, Tokens: q.tokens, InputTokens: q.input, MaxWait: q.maxWait, Reserve: q.reserve})
 			if err != nil {
 				return err
 			}
 			want := m.admit(q)
 			if s1, s2 := fmt.Sprintf("%+v", got), fmt.Sprintf("%+v", want); s1 != s2 {
-				return fmt.Errorf("step %d (%s/%s, %d tokens, %d input, max wait %v, key %+v):\n store %s\n model %s", step, q.ws, q.key, q.tokens, q.input, q.maxWait, q.kl, s1, s2)
+				return fmt.Errorf("step %d (%s/%s, %d tokens, %d input, max wait %v, reserve %d, key %+v):\n store %s\n model %s", step, q.ws, q.key, q.tokens, q.input, q.maxWait, q.reserve, q.kl, s1, s2)
 			}
 			if got.Allowed {
 				q.est, q.inEst = q.tokens, q.input

@@ -56,7 +56,15 @@
 // workspace's windows shared by its keys, a window bucket's identity by
 // Per (a changed figure clamps, a changed Per is a new bucket), refunds
 // crediting every window, and the levels reported in
-// Decision.KeyWindows and WorkspaceWindows. A store that lacks gauges
+// Decision.KeyWindows and WorkspaceWindows; priority reserves
+// (AdmitRequest.Reserve): a reserved request stopping at the floor
+// ⌈r × capacity⌉ of each per-minute bucket, of a window's bucket (an
+// output meter at its floor plus 1) and of a gauge (slots kept free),
+// refused with Decision.ByReserve and the wait until it fits above the
+// floor, a request without a reserve spending to the bottom, a lone
+// reserved class reaching exactly (1 − r) of each bucket, a request
+// larger than the capacity less the floor never fitting, and
+// reservations waiting until they fit above the floor. A store that lacks gauges
 // or reservations must say so: its Admit returns an error wrapping
 // errors.ErrUnsupported for a request that uses them (the limiter then
 // fails a gauged request open, counted and logged; a request without a

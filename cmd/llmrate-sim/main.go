@@ -10,6 +10,7 @@
 //	go run ./cmd/llmrate-sim -rps 6 -models gpt-4o,gpt-4o-mini,llama-3 -model-limits 'gpt-4o*=40/100000'
 //	go run ./cmd/llmrate-sim -fanout
 //	go run ./cmd/llmrate-sim -rps 1 -tokens 4000 -stream 20s -concurrency 12 -max-wait 10s
+//	go run ./cmd/llmrate-sim -priority -svg docs/sim-priority.svg
 //
 // A trace is JSON lines, in time order:
 //
@@ -32,6 +33,11 @@
 // with 4 KB prompts asking for up to 4,000 tokens) through the default
 // estimate, EstimateFromBody and WithCalibration, and prints how far each
 // let the first minute's consumption past the limit.
+//
+// -priority replays one workspace spent by an interactive product and a
+// batch job (llmrate.WithPriority), once without a reserve and once with
+// the batch class's reserve (-reserve, default 0.5), and prints and plots
+// the requests admitted per second for each class.
 //
 // -model-limits gives models (exact names, or prefixes ending in "*") their
 // own limits, name=requests/tokens per minute, comma-separated, as
@@ -91,6 +97,8 @@ func run(args []string, out io.Writer) error {
 	concurrency := fs.Int64("concurrency", 0, "requests in flight at once per key and per workspace (0: no cap)")
 	maxWait := fs.Duration("max-wait", 0, "how long a request may wait for its turn instead of a 429 (0: never)")
 	streamFor := fs.Duration("stream", 0, "generated: how long each response streams")
+	priority := fs.Bool("priority", false, "replay an interactive product and a batch job on one workspace, without and with the batch class's reserve (WithPriority)")
+	reserve := fs.Float64("reserve", 0.5, "-priority: the batch class's reserve, in (0, 1)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,6 +112,25 @@ func run(args []string, out io.Writer) error {
 			return err
 		}
 		PrintFanout(out, f, rs)
+		return nil
+	}
+	if *priority {
+		s := DefaultPriority()
+		s.Reserve = *reserve
+		if *tpm > 0 {
+			s.Limits.TokensPerMinute = *tpm
+		}
+		runs, err := RunPriority(s)
+		if err != nil {
+			return err
+		}
+		PrintPriority(out, s, runs)
+		if *svgPath != "" {
+			if err := os.WriteFile(*svgPath, []byte(PrioritySVG(s, runs)), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "plot written to %s\n", *svgPath)
+		}
 		return nil
 	}
 	tier, lim, err := figures(*tierName, *rpm, *tpm)

@@ -167,3 +167,39 @@ func TestFlow(t *testing.T) {
 	assert.ErrorContains(t, run([]string{"-trace", trace, "-max-wait", "61s"}, &out), "-max-wait")
 	assert.ErrorContains(t, run([]string{"-trace", trace, "-concurrency", "2", "-model-limits", "a=1/2"}, &out), "cannot be combined")
 }
+
+// TestPriority: the -priority scenario. Without a reserve the batch job
+// crowds the product out; with the batch class's reserve of one half
+// every product request is admitted (it never spends more than the
+// refill), the batch job only what is left above the floor.
+func TestPriority(t *testing.T) {
+	s := DefaultPriority()
+	runs, err := RunPriority(s)
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	off, on := runs[0], runs[1]
+	assert.Equal(t, off.Interactive.Offered, on.Interactive.Offered, "one trace for both runs")
+	assert.Less(t, off.Interactive.Admitted, off.Interactive.Offered, "no reserve: the product is refused too")
+	assert.Equal(t, on.Interactive.Offered, on.Interactive.Admitted, "with the reserve: every product request")
+	assert.Less(t, on.Batch.Admitted, off.Batch.Admitted, "the batch job gives way")
+	// The batch job never takes the workspace's bucket below half: over
+	// its 120 s it gets at most the 60,000 tokens above the floor plus
+	// the refill, 1,000 a second.
+	assert.LessOrEqual(t, on.Batch.Admitted*1000, 60_000+1000*120)
+
+	svg := filepath.Join(t.TempDir(), "p.svg")
+	var out strings.Builder
+	require.NoError(t, run([]string{"-priority", "-svg", svg}, &out))
+	assert.Contains(t, out.String(), "| batch reserve 0.5 |")
+	b, err := os.ReadFile(svg)
+	require.NoError(t, err)
+	var doc struct {
+		XMLName xml.Name
+		Lines   []struct {
+			Points string `xml:"points,attr"`
+		} `xml:"polyline"`
+	}
+	require.NoError(t, xml.Unmarshal(b, &doc), "the SVG is well-formed XML")
+	assert.Len(t, doc.Lines, 6, "per run: each class admitted, the product offered")
+	assert.Error(t, run([]string{"-priority", "-reserve", "1"}, &out), "a reserve outside (0, 1): WithPriority's ConfigError")
+}

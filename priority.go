@@ -1,0 +1,170 @@
+package llmrate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+)
+
+// WithPriority keeps a share of every bucket and gauge from the priority
+// classes named in reserves, so that when a workspace runs short the
+// traffic of those classes (a batch job) waits and the rest (the person
+// waiting on an answer) does not.
+//
+// class names each request's priority class: e.g. Header("X-Priority"),
+// or a function reading what your authentication layer knows of the key.
+// A header the client sets lets the client pick its class: a client that
+// sends no class header, or one not in reserves, has no reserve. Take the
+// class from something the client cannot choose when that matters.
+//
+// reserves[name], in (0, 1), is the share of every bucket and gauge kept
+// from the class name: a request of that class is admitted only if, after
+// its debit, every bucket it spends (the per-minute buckets, whose capacity
+// is twice the per-minute figure, and every window's, whose capacity is
+// its figure) still holds at least ⌈reserve × capacity⌉, and every gauge
+// it takes (Limits.ConcurrentRequests) keeps at least ⌈reserve × figure⌉
+// slots free after taking its own. Each reserve is converted to whole
+// millionths, rounded to the nearest (0.5 is 500,000; 1/3 is 333,333), and
+// the floors are exact integers (ReserveFloor). Names match exactly. A
+// request whose class is not a key of reserves, whose class is "", or
+// whose extractor returns an error has no reserve: it may spend every
+// bucket to the bottom, exactly as without WithPriority. So adding
+// priorities only ever restricts the classes named.
+//
+// The reserve is held even while nobody uses it: that is what makes it a
+// reserve. A class with reserve r that runs alone reaches (1 − r) of each
+// bucket and never more, however idle the rest of the workspace is; with
+// reserve 0.5 a batch job alone gets half of what the workspace could
+// spend.
+//
+// The reserve is part of the store's one atomic decision (in the memory
+// store and in Redis), with the model entries (WithModelLimits) and
+// overrides whose buckets the request spends. A request it refuses gets
+// the 429 of the bucket or gauge whose reserve stopped it, with
+// Retry-After the wait until the request fits above the reserve (a
+// gauge's: 1 s), and a message saying that the rest is kept for other
+// traffic and naming the class; a request larger than a full bucket less
+// its class's reserve never fits (Retry-After: 60, as for one larger than
+// the bucket). With WithMaxWait a reservation waits until it fits above
+// its reserve. Shadow mode (WithShadow) decides as enforcement would.
+// DecisionEvent.Class names the class when it is a key of reserves.
+// Floors round up: under a gauge of 1 slot a class with any reserve is
+// never admitted (its floor is the one slot), refused with Retry-After 1.
+// A panic in class is a fault: the request fails open, as for the other
+// extractors.
+//
+// The map is copied. nil class, an empty map, an empty name, and a reserve
+// outside (0, 1) (NaN included), or one that rounds to 0 or to 1,000,000
+// millionths, are *ConfigErrors.
+func WithPriority(class Extractor, reserves map[string]float64) Option {
+	return optionFunc(func(c *config) {
+		if class == nil {
+			c.fail("WithPriority", errors.New("nil class extractor"))
+		}
+		if len(reserves) == 0 {
+			c.fail("WithPriority", errors.New("no reserves: name at least one class"))
+		}
+		m := make(map[string]int64, len(reserves))
+		for name, r := range reserves {
+			if name == "" {
+				c.fail("WithPriority", errors.New(`class "": a request without a class never has a reserve`))
+				continue
+			}
+			if math.IsNaN(r) || r <= 0 || r >= 1 {
+				c.fail("WithPriority", fmt.Errorf("class %q: reserve %v outside (0, 1)", name, r))
+				continue
+			}
+			mil := int64(math.Round(r * 1e6))
+			if mil < 1 || mil > MaxReserve {
+				c.fail("WithPriority", fmt.Errorf("class %q: reserve %v rounds to %d millionths: must be 1 to %d", name, r, mil, MaxReserve))
+				continue
+			}
+			m[name] = mil
+		}
+		c.class, c.reserves = class, m
+	})
+}
+
+// classOf returns r's priority class and its reserve in millionths: ("",
+// 0) when WithPriority is off, or the class is not a key of the reserves
+// (an unlisted name is never reported: it comes from the client), or the
+// extractor failed. A panic propagates (identify recovers it: a fault).
+func (c *config) classOf(r *http.Request) (string, int64) {
+	name, err := c.class(r)
+	if err != nil {
+		return "", 0
+	}
+	if res, ok := c.reserves[name]; ok {
+		return name, res
+	}
+	return "", 0
+}
+
+// reserveClause is what a refusal by a reserve adds to the limit it names:
+// ", of which 50% is kept for other traffic (priority class batch)"; ""
+// when the refusal did not come from a reserve.
+func reserveClause(a *admission) string {
+	if !a.d.ByReserve || a.class == "" {
+		return ""
+	}
+	return ", of which " + reservePercent(a.reserve) + " is kept for other traffic (priority class " + a.class + ")"
+}
+
+// reservePercent writes a reserve in millionths as a percentage: "50%",
+// "33.3333%".
+func reservePercent(m int64) string {
+	return strconv.FormatFloat(float64(m)/1e4, 'f', -1, 64) + "%"
+}
+
+// reserveNeverFitsMessage is the 429 message of a request that no bucket
+// is too small for, but that is larger than some bucket's capacity less
+// its class's floor: it names the first such bucket. ok is false when a
+// bucket is too small for it without the reserve (the usual message then
+// applies) or when it has no reserve.
+func reserveNeverFitsMessage(a *admission, docs string) (string, bool) {
+	if a.reserve <= 0 || a.class == "" {
+		return "", false
+	}
+	type stage struct {
+		b         Bucket
+		per       string // "minute", or the window's name
+		need, cap int64
+	}
+	st := []stage{
+		{KeyRequests, "minute", 1, 2 * a.kl.RequestsPerMinute},
+		{KeyTokens, "minute", a.est, 2 * a.kl.TokensPerMinute},
+		{WorkspaceRequests, "minute", 1, 2 * a.wl.RequestsPerMinute},
+		{WorkspaceTokens, "minute", a.est, 2 * a.wl.TokensPerMinute},
+	}
+	meters := WindowMeters()
+	for scope, l := range [2]Limits{a.kl, a.wl} {
+		for _, w := range l.Windows {
+			for m, b := range meters[scope] {
+				need := [4]int64{1, a.est, a.input, 1}[m]
+				if f := w.Figure(b); f > 0 {
+					st = append(st, stage{b, windowName(w.Per), need, f})
+				}
+			}
+		}
+	}
+	for _, s := range st {
+		if s.need > s.cap {
+			return "", false
+		}
+	}
+	for _, s := range st {
+		floor := ReserveFloor(a.reserve, s.cap)
+		if s.need <= s.cap-floor {
+			continue
+		}
+		what := s.b.Meter() + " per " + s.per + " (" + s.b.Scope() + ")"
+		if a.entry != "" {
+			what = a.entry + "'s " + what
+		}
+		return fmt.Sprintf("Request too large for %s: it needs %d %s, more than the %d of the bucket's whole capacity of %d %s that its class may use; %s is kept for other traffic (priority class %s). Retrying will not help: send a smaller request or move to a larger tier. See %s",
+			what, s.need, s.b.Meter(), s.cap-floor, s.cap, planPhrase(a), reservePercent(a.reserve), a.class, docs), true
+	}
+	return "", false
+}
