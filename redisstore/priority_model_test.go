@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"math/big"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -15,107 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// refFloor is a reserve's floor in a bucket of capacity c, from the
-// contract's words with big.Int: ⌈r × c / 1,000,000⌉.
-func refFloor(r, c int64) int64 {
-	if r <= 0 {
-		return 0
-	}
-	p := new(big.Int).Mul(big.NewInt(r), big.NewInt(c))
-	q, m := new(big.Int).QuoRem(p, big.NewInt(1_000_000), new(big.Int))
-	if m.Sign() > 0 {
-		q.Add(q, big.NewInt(1))
-	}
-	return q.Int64()
-}
-
-// admitReserved decides r at now (µs) as the model's admit does, with the
-// request's reserve (DESIGN §19, the Store contract's Reserve): each bucket
-// must hold its need plus its floor, the first that does not refuses
-// (ByReserve when it held the need itself), every wait is until the need
-// plus the floor, and a need plus floor above the capacity never fits.
-func (m *refModel) admitReserved(r llmrate.AdmitRequest, now int64) llmrate.Decision {
-	specs := refSpecs(r)
-	if r.Solo {
-		specs[0].rate, specs[0].cap, specs[1].rate, specs[1].cap = specs[2].rate, specs[2].cap, specs[3].rate, specs[3].cap
-	}
-	bs := make([]*refBucket, len(specs))
-	for i, s := range specs {
-		if r.Solo && (i == 0 || i == 1) {
-			continue
-		}
-		bs[i] = m.at(s, now)
-	}
-	if r.Solo {
-		bs[0], bs[1] = bs[2], bs[3]
-	}
-	floored := make([]refSpec, len(specs))
-	for i, s := range specs {
-		floored[i] = s
-		floored[i].need += refFloor(r.Reserve, s.cap)
-	}
-	var d llmrate.Decision
-	first := -1
-	for i, s := range floored {
-		if bs[i].level < s.need {
-			first = i
-			break
-		}
-	}
-	if first >= 0 {
-		var longest, capped int64
-		never := false
-		for i, s := range floored {
-			var w int64
-			if s.need > s.cap {
-				never, w = true, 1<<62
-			} else {
-				w = waitUS(bs[i], s)
-			}
-			longest = max(longest, w)
-			capped = max(capped, min(w, max(int64(60_000_000), s.period)))
-		}
-		if r.MaxWait > 0 && !never && longest <= r.MaxWait.Microseconds() {
-			d.Wait = time.Duration(longest) * time.Microsecond
-			first = -1
-		} else {
-			d.Refused, d.Window, d.NeverFits = specs[first].code, specs[first].window, never
-			d.RetryAfter = time.Duration(capped) * time.Microsecond
-			d.ByReserve = bs[first].level >= specs[first].need
-		}
-	}
-	if first < 0 {
-		d.Allowed = true
-		for i, s := range specs {
-			if r.Solo && (i == 0 || i == 1) {
-				continue
-			}
-			bs[i].level -= s.take
-		}
-	}
-	d.Remaining = [4]int64{bs[0].level, bs[1].level, bs[2].level, bs[3].level}
-	if n := len(r.KeyLimits.Windows); n > 0 {
-		d.KeyWindows = make([]llmrate.WindowLevels, n)
-	}
-	if n := len(r.WorkspaceLimits.Windows); n > 0 {
-		d.WorkspaceWindows = make([]llmrate.WindowLevels, n)
-	}
-	for i, s := range specs {
-		if s.scope < 0 {
-			continue
-		}
-		targets := []*[]llmrate.WindowLevels{&d.KeyWindows, &d.WorkspaceWindows}[s.scope : s.scope+1]
-		if r.Solo {
-			targets = []*[]llmrate.WindowLevels{&d.KeyWindows, &d.WorkspaceWindows}
-		}
-		for _, t := range targets {
-			l := &(*t)[s.index]
-			*[4]*int64{&l.Requests, &l.Tokens, &l.InputTokens, &l.OutputTokens}[s.meter] = bs[i].level
-		}
-	}
-	return d
-}
 
 // TestReservesMatchReference: random admissions with random reserves (none,
 // the smallest, a half, the largest, any), with and without windows, with
@@ -208,7 +106,7 @@ func TestReservesMatchReference(t *testing.T) {
 			if rng.IntN(3) == 0 {
 				req.MaxWait = time.Duration(rng.Int64N(30_000_000)) * time.Microsecond
 			}
-			want := ref.admitReserved(req, now.UnixMicro())
+			want := ref.admit(req, now.UnixMicro())
 			if req.Reserve == 0 && len(kl.Windows)+len(wl.Windows) == 0 && !want.Allowed {
 				// Neither a reserve nor windows: the scripts that ran
 				// before reserves answer, as before (no Window; without

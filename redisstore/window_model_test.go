@@ -141,23 +141,34 @@ func refSpecs(r llmrate.AdmitRequest) []refSpec {
 	return out
 }
 
-// admit decides r at now (µs) as §2, §15 and §18 say.
+// admit decides r at now (µs) as §2, §15 and §18 say, with the
+// request's reserve (DESIGN §19, the Store contract's Reserve): each bucket
+// must hold its need plus its floor, the first that does not refuses
+// (ByReserve when it held the need itself), every wait is until the need
+// plus the floor, and a need plus floor above the capacity never fits.
 func (m *refModel) admit(r llmrate.AdmitRequest, now int64) llmrate.Decision {
 	specs := refSpecs(r)
+	if r.Solo {
+		specs[0].rate, specs[0].cap, specs[1].rate, specs[1].cap = specs[2].rate, specs[2].cap, specs[3].rate, specs[3].cap
+	}
 	bs := make([]*refBucket, len(specs))
 	for i, s := range specs {
-		if r.Solo && i == 0 || r.Solo && i == 1 {
-			continue // the key's per-minute buckets are the workspace's
+		if r.Solo && (i == 0 || i == 1) {
+			continue
 		}
 		bs[i] = m.at(s, now)
 	}
 	if r.Solo {
 		bs[0], bs[1] = bs[2], bs[3]
-		specs[0].rate, specs[0].cap, specs[1].rate, specs[1].cap = specs[2].rate, specs[2].cap, specs[3].rate, specs[3].cap
+	}
+	floored := make([]refSpec, len(specs))
+	for i, s := range specs {
+		floored[i] = s
+		floored[i].need += refFloor(r.Reserve, s.cap)
 	}
 	var d llmrate.Decision
 	first := -1
-	for i, s := range specs {
+	for i, s := range floored {
 		if bs[i].level < s.need {
 			first = i
 			break
@@ -166,7 +177,7 @@ func (m *refModel) admit(r llmrate.AdmitRequest, now int64) llmrate.Decision {
 	if first >= 0 {
 		var longest, capped int64
 		never := false
-		for i, s := range specs {
+		for i, s := range floored {
 			var w int64
 			if s.need > s.cap {
 				never, w = true, 1<<62
@@ -174,8 +185,7 @@ func (m *refModel) admit(r llmrate.AdmitRequest, now int64) llmrate.Decision {
 				w = waitUS(bs[i], s)
 			}
 			longest = max(longest, w)
-			c := max(int64(60_000_000), s.period)
-			capped = max(capped, min(w, c))
+			capped = max(capped, min(w, max(int64(60_000_000), s.period)))
 		}
 		if r.MaxWait > 0 && !never && longest <= r.MaxWait.Microseconds() {
 			d.Wait = time.Duration(longest) * time.Microsecond
@@ -183,6 +193,7 @@ func (m *refModel) admit(r llmrate.AdmitRequest, now int64) llmrate.Decision {
 		} else {
 			d.Refused, d.Window, d.NeverFits = specs[first].code, specs[first].window, never
 			d.RetryAfter = time.Duration(capped) * time.Microsecond
+			d.ByReserve = bs[first].level >= specs[first].need
 		}
 	}
 	if first < 0 {
@@ -215,6 +226,20 @@ func (m *refModel) admit(r llmrate.AdmitRequest, now int64) llmrate.Decision {
 		}
 	}
 	return d
+}
+
+// refFloor is a reserve's floor in a bucket of capacity c, from the
+// contract's words with big.Int: ⌈r × c / 1,000,000⌉.
+func refFloor(r, c int64) int64 {
+	if r <= 0 {
+		return 0
+	}
+	p := new(big.Int).Mul(big.NewInt(r), big.NewInt(c))
+	q, m := new(big.Int).QuoRem(p, big.NewInt(1_000_000), new(big.Int))
+	if m.Sign() > 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return q.Int64()
 }
 
 // reconcile applies rec at now: each tokens-like bucket's level less its
