@@ -295,6 +295,13 @@ func (s *Store) inline(ctx context.Context, script *redis.Script, keys []string,
 	if err == nil || ctx.Err() != nil || !timedOut(err) || timeLeft(ctx) < hedgeMinDelay {
 		return v, err, true
 	}
+	// Sent again only on the terms of a hedge: not while the breaker is
+	// open, nor when Redis has answered no call of this store within the
+	// last WithTimeout (a Redis that answers no one), where the call fails
+	// now instead of at its deadline.
+	if s.open.Load() || !s.hedge.answering(s.timeout) {
+		return v, err, true
+	}
 	return nil, nil, false
 }
 
