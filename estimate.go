@@ -52,9 +52,6 @@ func EstimateTokens(r *http.Request) int64 {
 // prompt and the whole output limit.
 func EstimateFromBody() func(*http.Request) int64 { return request.Estimate }
 
-// inputFromBody is EstimateFromBody's prompt part alone, ⌈T / 4⌉ (the
-// input estimate of the windows' InputTokens meters): a body it cannot
-// read is estimated as EstimateTokens estimates it.
 // InputEstimator returns the input estimate that goes with estimator, for
 // the input tokens meters of Limits.Windows (AdmitRequest.InputTokens): for
 // EstimateFromBody(), the prompt part of its estimate alone, without the

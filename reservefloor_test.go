@@ -29,3 +29,32 @@ func TestReserveFloor(t *testing.T) {
 		t.Errorf("negative reserve: %d, want 0", got)
 	}
 }
+
+// TestReserveFloorAboveMaxReserve: a reserve above MaxReserve is a floor
+// of MaxReserve's, as every store decides it (the Store contract: "above
+// MaxReserve: MaxReserve"), so a store that passes AdmitRequest.Reserve
+// through unclamped never gets a floor above the capacity, a negative one,
+// or a panic.
+func TestReserveFloorAboveMaxReserve(t *testing.T) {
+	for _, c := range []int64{1, 100, 2_000_000_000_000, math.MaxInt64} {
+		want := new(big.Int).Mul(big.NewInt(llmrate.MaxReserve), big.NewInt(c))
+		q, m := new(big.Int).QuoRem(want, big.NewInt(1_000_000), new(big.Int))
+		if m.Sign() != 0 {
+			q.Add(q, big.NewInt(1))
+		}
+		for _, r := range []int64{1_000_000, 1_500_000, 2_000_000, 1 << 40, math.MaxInt64} {
+			var got int64
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						t.Errorf("ReserveFloor(%d, %d) panicked: %v", r, c, p)
+					}
+				}()
+				got = llmrate.ReserveFloor(r, c)
+			}()
+			if got != q.Int64() {
+				t.Errorf("ReserveFloor(%d, %d) = %d, want MaxReserve's %d", r, c, got, q.Int64())
+			}
+		}
+	}
+}

@@ -225,11 +225,13 @@ const MaxReserve = 999_999
 
 // ReserveFloor returns the floor a reserve of r millionths keeps in a
 // bucket (or gauge) of capacity c: ⌈r × c / 1,000,000⌉, exact for every c
-// ≥ 0 and r in [0, MaxReserve]; 0 when r ≤ 0.
+// ≥ 0 and r in [0, MaxReserve]; 0 when r ≤ 0. A reserve above MaxReserve
+// is MaxReserve's, as the stores decide it: the floor is never above c.
 func ReserveFloor(r, c int64) int64 {
 	if r <= 0 || c <= 0 {
 		return 0
 	}
+	r = min(r, MaxReserve) // so r × c < 10^6 × 2^64: Div64 cannot overflow
 	hi, lo := bits.Mul64(uint64(r), uint64(c))
 	q, rem := bits.Div64(hi, lo, 1_000_000)
 	if rem != 0 {

@@ -209,3 +209,101 @@ func TestReserveFloorsExactAtLargestFigures(t *testing.T) {
 		})
 	}
 }
+
+// TestReservesSameDecisionInBothStores: one random sequence of admissions
+// (with and without reserves, windows, gauges, MaxWait, Solo) and
+// reconciles (releasing the gauges' slots), sent
+// to the memory store and to Redis on one clock: every admission with a
+// reserve or windows gets the same Decision from both (DESIGN §19: the
+// reserve is part of the one decision "in both stores").
+func TestReservesSameDecisionInBothStores(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	var now time.Time
+	rs, err := redisstore.New(c, redisstore.WithHashKey(prioSecret), redisstore.WithTimeout(10*time.Second),
+		redisstore.WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, rs.Close(context.Background())) })
+	ctx := context.Background()
+	// The memory store's waits are in nanoseconds, Redis's rounded up to
+	// whole microseconds (its clock's unit): compared in microseconds.
+	us := func(d time.Duration) time.Duration { return (d + time.Microsecond - 1).Truncate(time.Microsecond) }
+	norm := func(d llmrate.Decision) llmrate.Decision {
+		d.RetryAfter, d.Wait = us(d.RetryAfter), us(d.Wait)
+		d.Receipt = "" // each store's own
+		if len(d.KeyWindows) == 0 {
+			d.KeyWindows = nil
+		}
+		if len(d.WorkspaceWindows) == 0 {
+			d.WorkspaceWindows = nil
+		}
+		return d
+	}
+	pers := []time.Duration{time.Second, time.Minute, time.Hour}
+	compared, gaugeByReserve, byReserve := 0, 0, 0
+	for seed := uint64(1); seed <= 60; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 23))
+		mem := llmrate.NewMemoryStore()
+		now = time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+		limits := func() llmrate.Limits {
+			l := llmrate.Limits{RequestsPerMinute: 1 + rng.Int64N(20), TokensPerMinute: 1 + rng.Int64N(5000), ConcurrentRequests: rng.Int64N(3) * rng.Int64N(5)}
+			for _, i := range rng.Perm(len(pers))[:rng.IntN(2)] {
+				l.Windows = append(l.Windows, llmrate.Window{Per: pers[i], Requests: 3 + rng.Int64N(30), OutputTokens: rng.Int64N(3) * (1 + rng.Int64N(3000))})
+			}
+			return l
+		}
+		solo := rng.IntN(3) == 0
+		key, ws := fmt.Sprintf("both-sk-%d", seed), fmt.Sprintf("both-ws-%d", seed)
+		if solo {
+			ws = key
+		}
+		kl := limits()
+		wl := kl
+		if !solo {
+			wl = limits()
+		}
+		reserves := []int64{0, 1, 500_000, 250_000, llmrate.MaxReserve, 1 + rng.Int64N(llmrate.MaxReserve)}
+		for step := range 40 {
+			if rng.IntN(3) == 0 {
+				now = now.Add(time.Duration(rng.Int64N(20_000_000)) * time.Microsecond)
+			}
+			tpm := min(kl.TokensPerMinute, wl.TokensPerMinute)
+			req := llmrate.AdmitRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Now: now,
+				Tokens: 1 + rng.Int64N(min(tpm, 4000)), InputTokens: rng.Int64N(min(tpm, 4000)), Solo: solo, ID: llmrate.NewAdmissionID(),
+				Reserve: reserves[rng.IntN(len(reserves))]}
+			if rng.IntN(3) == 0 {
+				req.MaxWait = time.Duration(rng.Int64N(30_000_000)) * time.Microsecond
+			}
+			dm, err := mem.Admit(ctx, req)
+			require.NoError(t, err)
+			dr, err := rs.Admit(ctx, req)
+			require.NoError(t, err)
+			if req.Reserve > 0 || len(kl.Windows)+len(wl.Windows) > 0 {
+				compared++
+				require.Equal(t, norm(dm), norm(dr), "seed %d step %d: memory, then Redis: %+v", seed, step, req)
+				if dm.ByReserve {
+					byReserve++
+					if dm.Refused.Concurrent() {
+						gaugeByReserve++
+					}
+				}
+			} else {
+				require.Equal(t, dm.Allowed, dr.Allowed, "seed %d step %d: %+v", seed, step, req)
+			}
+			if !dm.Allowed || rng.IntN(2) == 0 {
+				continue
+			}
+			rec := llmrate.ReconcileRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Solo: solo, ID: req.ID, Now: now,
+				Estimate: req.Tokens, Actual: rng.Int64N(2 * min(tpm, 4000)), InputEstimate: req.InputTokens, InputActual: rng.Int64N(2 * min(tpm, 4000)),
+				OutputActual: rng.Int64N(2 * min(tpm, 4000))}
+			rec.Receipt = dm.Receipt
+			require.NoError(t, mem.Reconcile(ctx, rec))
+			rec.Receipt = dr.Receipt
+			require.NoError(t, rs.Reconcile(ctx, rec))
+		}
+	}
+	t.Logf("%d decisions compared, %d refused by a reserve (%d by a gauge's)", compared, byReserve, gaugeByReserve)
+	require.Greater(t, byReserve, compared/20)
+	require.Positive(t, gaugeByReserve)
+}
