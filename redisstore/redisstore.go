@@ -225,7 +225,9 @@
 // closes a connection whose read deadline passed, its late reply with it)
 // and the call is sent again, on a hedge's terms (not while the breaker
 // is open, nor when Redis has answered nothing for a WithTimeout: the call
-// then fails at once), which counts as its first hedge. With other
+// then fails at once), which counts as its first hedge; it is not drawn
+// from the hedges' budget below, since it replaces an attempt that has
+// ended (a lone call has one at most). With other
 // calls in flight each attempt runs on a goroutine of its own, and reads
 // until its call's deadline plus WithTimeout: one that lost the race keeps its connection
 // when its answer comes a little late (go-redis closes a connection whose
