@@ -246,7 +246,11 @@
 // the local fallback's decisions to the fallback, Redis's to Redis, even
 // while Redis is down (it then fails, and the limiter retries it for 5 s).
 //
-// Three failed calls in a row open a breaker: Redis is then not called,
+// Three failed calls in a row open a breaker (a call counts in the row
+// only when it was sent after the last one counted failed: the calls that
+// one stall times out together are one failure, not a row of them, so a
+// stall shorter than a few timeouts does not hand every admission to the
+// fallback for a retry interval): Redis is then not called,
 // but for one probe at a time every WithRetryInterval (100 ms), and the
 // first success closes it; meanwhile admissions go to the fallback
 // (WithFallbackLocal), or fail, but for those this process's lease covers
@@ -346,10 +350,13 @@ type Store struct {
 
 	// The breaker: open after breakAfter failed calls in a row; while open,
 	// one call (a probe) may go to Redis from probeAt on, and the first
-	// success closes it.
+	// success closes it. A failed call counts in the row only when it was
+	// sent after the last one counted failed (failedAt): calls in flight
+	// together that one stall times out are one failure, not many.
 	open        atomic.Bool
 	probeAt     atomic.Int64 // unix ns
 	consecutive atomic.Int64 // failed calls in a row
+	failedAt    atomic.Int64 // unix ns: when the last failure counted in the row was seen
 	errors      atomic.Int64
 	resends     atomic.Int64
 	hedges      atomic.Int64
@@ -462,7 +469,8 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithRetryInterval sets how often the store probes Redis while its
-// breaker is open. Three failed calls in a row open the breaker: Redis is
+// breaker is open. Three failed calls in a row (each sent after the one
+// before failed) open the breaker: Redis is
 // then not called, admissions go to the local fallback (WithFallbackLocal)
 // or fail (but for those a lease covers, with WithLeases), so that an outage does not add the timeout to every request;
 // but once per interval one call (a probe) goes to Redis, one at a time,
@@ -716,10 +724,27 @@ func (s *Store) up(ctx context.Context) bool {
 }
 
 func (s *Store) failed(err error) error {
+	return s.failedSince(err, time.Time{})
+}
+
+// failedSince is failed for a call sent at sent: it counts towards the
+// breaker's row only when sent after the last failure counted (a zero
+// sent always counts), so that one stall, which times out every call in
+// flight at once, is one failure in the row; three calls that fail one
+// after another, each sent after the one before failed, open it.
+func (s *Store) failedSince(err error, sent time.Time) error {
 	s.errors.Add(1)
-	if s.consecutive.Add(1) >= breakAfter || s.open.Load() {
-		s.probeAt.Store(time.Now().Add(s.retry).UnixNano())
-		s.open.Store(true)
+	now := time.Now()
+	last := s.failedAt.Load()
+	if sent.IsZero() || sent.UnixNano() >= last {
+		s.failedAt.Store(now.UnixNano())
+		if s.consecutive.Add(1) >= breakAfter {
+			s.probeAt.Store(now.Add(s.retry).UnixNano())
+			s.open.Store(true)
+		}
+	}
+	if s.open.Load() {
+		s.probeAt.Store(now.Add(s.retry).UnixNano())
 	}
 	return fmt.Errorf("redisstore: %w", err)
 }
@@ -760,6 +785,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 	}
 	cctx, cancel := s.bound(ctx)
 	defer cancel()
+	sent := time.Now()
 	var v any
 	var err error
 	if resend {
@@ -773,7 +799,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 			// deadline, not at its cancellation).
 			return nil, fmt.Errorf("redisstore: %w: %w", ctx.Err(), err)
 		}
-		return nil, s.failed(err)
+		return nil, s.failedSince(err, sent)
 	}
 	s.succeeded()
 	return v, nil

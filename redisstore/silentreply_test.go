@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -218,4 +220,48 @@ func TestNoHedgeWhileBreakerOpen(t *testing.T) {
 	}
 	assert.Equal(t, before, s.Hedges(), "no hedge while the breaker is open")
 	assert.LessOrEqual(t, before, int64(3), "at most the first failing call's hedges: Redis answered nothing after")
+}
+
+// TestOneStallDoesNotOpenTheBreaker: a stall that times out every call in
+// flight at once (eight concurrent admissions whose replies never come)
+// is one piece of evidence, not eight failures in a row: the breaker stays
+// closed and the next admission, once replies flow again, is decided by
+// Redis, not by the fallback for a whole retry interval. Three calls that
+// fail one after another, each sent after the previous one failed, still
+// open it.
+func TestOneStallDoesNotOpenTheBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	p, s, _ := silentSetup(t, srv, redisstore.WithTimeout(100*time.Millisecond), redisstore.WithRetryInterval(time.Hour))
+	ctx := context.Background()
+	_, err := s.Admit(ctx, soloReq("sk-stall", 1))
+	require.NoError(t, err)
+	require.NoError(t, p.Set(faultproxy.Faults{SilentReply: 1}))
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := s.Admit(ctx, soloReq("sk-stall-"+strconv.Itoa(i), 1))
+			assert.NoError(t, err)
+			assert.Equal(t, "local", d.Receipt, "the stall: the fallback decides")
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(8), s.Errors())
+	require.NoError(t, p.Set(faultproxy.Faults{}))
+	p.Kill() // the silenced connections go (a reset): none is handed out again
+	d, err := s.Admit(ctx, soloReq("sk-stall", 1))
+	require.NoError(t, err)
+	assert.Empty(t, d.Receipt, "one stall left the breaker closed: Redis decides")
+
+	require.NoError(t, p.Set(faultproxy.Faults{SilentReply: 1}))
+	for range 3 {
+		d, err := s.Admit(ctx, soloReq("sk-stall", 1))
+		require.NoError(t, err)
+		require.Equal(t, "local", d.Receipt)
+	}
+	require.NoError(t, p.Set(faultproxy.Faults{}))
+	d, err = s.Admit(ctx, soloReq("sk-stall", 1))
+	require.NoError(t, err)
+	assert.Equal(t, "local", d.Receipt, "three failures in a row opened it (retry interval: an hour)")
 }
