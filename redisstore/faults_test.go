@@ -452,6 +452,9 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 type holdReplyHook struct {
 	armed         atomic.Bool
 	held, release chan struct{}
+	// every: while armed, every call is held (not only the first).
+	every    bool
+	heldOnce sync.Once
 	// untilDeadline: the held reply is given up at the call's deadline, as
 	// a read on a client with ContextTimeoutEnabled is (a timeout).
 	untilDeadline bool
@@ -464,8 +467,8 @@ func (h *holdReplyHook) DialHook(next redis.DialHook) redis.DialHook { return ne
 func (h *holdReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if h.armed.CompareAndSwap(true, false) {
-			close(h.held)
+		if h.every && h.armed.Load() || h.armed.CompareAndSwap(true, false) {
+			h.heldOnce.Do(func() { close(h.held) })
 			dl, ok := ctx.Deadline()
 			if !h.untilDeadline || !ok {
 				<-h.release
@@ -487,11 +490,13 @@ func (h *holdReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 }
 
 // TestLeaseWaiterGetsFallback: an admission waiting for its workspace's
-// lease renewal, whose deadline passes while Redis is slow, gets the local
-// fallback's decision, not an error.
+// lease renewal, whose deadline passes while Redis is slow (for every
+// call: the renewal's and its own), gets the local fallback's decision,
+// not an error.
 func TestLeaseWaiterGetsFallback(t *testing.T) {
 	_, c := redisrig.Start(t)
 	hook := newHoldReplyHook()
+	hook.every = true
 	c.AddHook(hook)
 	s := redisrig.Stores(t, c, 1, redisstore.WithLeases(0.25), redisstore.WithClock(frozen), redisstore.WithFallbackLocal())[0]
 	ctx := context.Background()
@@ -504,10 +509,40 @@ func TestLeaseWaiterGetsFallback(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 	defer cancel()
 	d, err := s.Admit(wctx, soloReq("sk-w", 1))
+	hook.armed.Store(false)
 	close(hook.release)
 	require.NoError(t, err, "the fallback decides a waiter whose deadline passed")
 	assert.True(t, d.Allowed)
 	assert.NotEmpty(t, d.Receipt, "decided by the fallback")
+	require.NoError(t, <-renewed)
+}
+
+// TestLeaseWaiterDecidedByRedisWhenRenewalSlow: an admission waiting for a
+// lease renewal whose reply is held waits at most a hedge delay, then is
+// decided on Redis by a call of its own, not by the fallback at its
+// deadline (under faults the fallback is what admits beyond exact).
+func TestLeaseWaiterDecidedByRedisWhenRenewalSlow(t *testing.T) {
+	_, c := redisrig.Start(t)
+	hook := newHoldReplyHook()
+	c.AddHook(hook)
+	s := redisrig.Stores(t, c, 1, redisstore.WithLeases(0.25), redisstore.WithClock(frozen), redisstore.WithFallbackLocal())[0]
+	ctx := context.Background()
+	_, err := s.Admit(ctx, soloReq("sk-w", 1))
+	require.NoError(t, err)
+	hook.armed.Store(true)
+	renewed := make(chan error, 1)
+	go func() { _, err := s.Admit(ctx, soloReq("sk-w", 1)); renewed <- err }() // busy: a renewal
+	<-hook.held
+	// The renewal is hedged a quarter of WithTimeout (1 s) after it was
+	// sent, past the waiter's deadline: waiting for it, the waiter would
+	// go to the fallback.
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	d, err := s.Admit(wctx, soloReq("sk-w", 1))
+	close(hook.release)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Empty(t, d.Receipt, "decided by Redis, not the fallback")
 	require.NoError(t, <-renewed)
 }
 

@@ -282,13 +282,23 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 		if ready != nil {
 			// A renewal of this workspace's leases, or a Redis call for
 			// this key, is in flight: wait for it, then look again, so
-			// that this process never asks Redis while its own lease still
-			// holds room, nor takes a key's first lease twice.
+			// that this process does not ask Redis while its own lease
+			// still holds room, nor takes a key's first lease twice; but
+			// wait at most a hedge delay (see hedge.go).
 			g.mu.Unlock()
+			t := time.NewTimer(s.hedge.delayFor(ctx, s.timeout))
 			select {
 			case <-ready:
+				t.Stop()
 				continue
+			case <-t.C:
+				// The call waited for is slow (its reply held or lost): this
+				// admission is decided on Redis by a call of its own, which
+				// takes no lease, rather than waiting out its deadline and
+				// going to the fallback.
+				return s.admitUnleased(ctx, k, w, r)
 			case <-ctx.Done():
+				t.Stop()
 				// The deadline passed while Redis was slow: the fallback
 				// decides, as for a call of its own that timed out. A
 				// caller that gave up gets its error.

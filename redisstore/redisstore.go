@@ -47,7 +47,11 @@
 // one per workspace shared by its keys), so the capacity held in other
 // processes' unused leases is at most N × share × capacity per bucket, and
 // comes back when a lease is idle (within a second) or its store is closed
-// (Close waits for renewals in flight). A process that dies loses its
+// (Close waits for renewals in flight). An admission that finds a renewal
+// of its leases in flight waits for it at most a hedge delay (see Faults);
+// past that it is decided on Redis by a call of its own that takes no
+// lease, instead of waiting out its deadline for a renewal whose reply is
+// held or lost and going to the fallback. A process that dies loses its
 // leases' unused parts when they expire, 3 s after they were taken; the
 // buckets then refill as usual. One exception to the bound: a reconcile
 // that leaves a bucket in debt reaches the reconciling process's leases at
