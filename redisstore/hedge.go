@@ -201,10 +201,13 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 		if done {
 			return v, err
 		}
-		// The first attempt's reply is late or lost: the call is sent
-		// again below, which counts as its first hedge.
-		hedges = 1
-		s.hedges.Add(1)
+		if err != nil {
+			// The first attempt's reply is late or lost: the call is sent
+			// again below, which counts as its first hedge. (With no
+			// error, no attempt was made: the first is the one below.)
+			hedges = 1
+			s.hedges.Add(1)
+		}
 	}
 	ch := make(chan attemptResult, 1+hedgeMaxPerCall)
 	actx := ctx
@@ -280,7 +283,9 @@ const inlineFactor = 4
 // bounds the read by the attempt's deadline and then closes the
 // connection, so a late reply is discarded with it); done is false when
 // that passed with no reply and time is left for hedged to send the call
-// again, with its identity, as a hedge would. A lone call's latency is its
+// again, with its identity, as a hedge would (err is then the attempt's
+// timeout), or when the call has too little time for an attempt inline
+// (err is nil: none was made, and hedged makes the first). A lone call's latency is its
 // own round trip, so a reply later than that is rare on a quiet network;
 // and the connection closed is one Redis would not have answered on
 // (silent) or answered late. Under concurrency (another call in flight)
@@ -289,7 +294,7 @@ func (s *Store) inline(ctx context.Context, script *redis.Script, keys []string,
 	left := timeLeft(ctx)
 	d := min(inlineFactor*s.hedge.delayFor(ctx, s.timeout), left/2)
 	if d < hedgeMinDelay {
-		return nil, nil, false // too little time to wait and send again: hedged decides
+		return nil, nil, false // too little time to wait and send again: hedged makes the first attempt
 	}
 	v, err = s.attempt(attemptCtx{ctx, time.Now().Add(d)}, script, keys, args)
 	if err == nil || ctx.Err() != nil || !timedOut(err) || timeLeft(ctx) < hedgeMinDelay {
@@ -302,7 +307,7 @@ func (s *Store) inline(ctx context.Context, script *redis.Script, keys []string,
 	if s.open.Load() || !s.hedge.answering(s.timeout) {
 		return v, err, true
 	}
-	return nil, nil, false
+	return nil, err, false
 }
 
 // timedOut reports whether err is a read or write that passed its

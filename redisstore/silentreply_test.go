@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"regexp"
 	"strconv"
 	"sync"
 	"testing"
@@ -264,4 +265,51 @@ func TestOneStallDoesNotOpenTheBreaker(t *testing.T) {
 	d, err = s.Admit(ctx, soloReq("sk-stall", 1))
 	require.NoError(t, err)
 	assert.Equal(t, "local", d.Receipt, "three failures in a row opened it (retry interval: an hour)")
+}
+
+// nearDeadline is a caller's context whose deadline is always left from
+// now and that never ends: every call under it has too little time for a
+// lone call's first attempt to be awaited on the caller's goroutine and
+// sent again (a deadline within about a millisecond, or a WithTimeout that
+// short), deterministically, on any machine.
+type nearDeadline struct {
+	context.Context
+	left time.Duration
+}
+
+func (c nearDeadline) Deadline() (time.Time, bool) { return time.Now().Add(c.left), true }
+
+// TestHedgesCountOnlyCallsSentAgain: Hedges counts calls sent again, so
+// it equals the scripts Redis ran beyond one per call. A lone call with
+// too little time left for its first attempt to be made on the caller's
+// goroutine sends that attempt from a goroutine, once: no hedge is counted
+// for it.
+func TestHedgesCountOnlyCallsSentAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	_, s, _ := silentSetup(t, srv, redisstore.WithBatching(1), redisstore.WithTimeout(2*time.Second))
+	direct := redisrig.Client(t, srv.Addr)
+	ran := func() int64 { // EVALSHAs Redis ran (a new connection's handshake is no script)
+		info, err := direct.Info(context.Background(), "commandstats").Result()
+		require.NoError(t, err)
+		m := regexp.MustCompile(`cmdstat_evalsha:calls=(\d+)`).FindStringSubmatch(info)
+		require.NotNil(t, m, info)
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		require.NoError(t, err)
+		return n
+	}
+	_, err := s.Admit(context.Background(), soloReq("sk-count", 1)) // loads the script; Redis answering
+	require.NoError(t, err)
+	runs, hedges := ran(), s.Hedges()
+	const calls = 5
+	for range calls {
+		d, err := s.Admit(nearDeadline{context.Background(), 800 * time.Microsecond}, soloReq("sk-count", 1))
+		require.NoError(t, err)
+		require.Empty(t, d.Receipt, "decided by Redis")
+	}
+	// A hedge still in flight reaches Redis within its attempt's deadline:
+	// wait (a while) until every hedge counted has, then compare.
+	for end := time.Now().Add(5 * time.Second); ran()-runs < calls+s.Hedges()-hedges && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	assert.Equal(t, s.Hedges()-hedges, ran()-runs-calls, "hedges counted: the scripts Redis ran beyond one per call")
 }
