@@ -71,7 +71,7 @@ type hedger struct {
 	inFlight atomic.Int64 // hedges in flight
 	active   atomic.Int64 // hedgeable calls in flight (inline: alone)
 	learning atomic.Bool  // a window's end is being processed
-	answered atomic.Int64 // when an attempt was last answered (unix ns, to within hedgeAnsweredGrain)
+	answered atomic.Int64 // when an attempt was last answered (mono ns, to within hedgeAnsweredGrain; 0: never)
 	hist     [latBuckets]atomic.Int64
 }
 
@@ -99,7 +99,7 @@ func latUpper(i int) time.Duration {
 // observe records the latency of an answered call.
 func (h *hedger) observe(d time.Duration) {
 	h.hist[latIndex(d)].Add(1)
-	if now := time.Now().UnixNano(); now-h.answered.Load() > int64(hedgeAnsweredGrain) {
+	if now := mono(time.Now()); now-h.answered.Load() > int64(hedgeAnsweredGrain) {
 		h.answered.Store(now)
 	}
 }
@@ -111,7 +111,8 @@ const hedgeAnsweredGrain = time.Millisecond
 // answering reports whether Redis answered an attempt of this store
 // within the last within.
 func (h *hedger) answering(within time.Duration) bool {
-	return time.Now().UnixNano()-h.answered.Load() <= int64(within+hedgeAnsweredGrain)
+	a := h.answered.Load()
+	return a != 0 && mono(time.Now())-a <= int64(within+hedgeAnsweredGrain) // 0: never answered
 }
 
 // called counts a hedgeable call; every hedgeWindow calls it learns the

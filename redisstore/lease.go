@@ -292,6 +292,11 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 				t.Stop()
 				continue
 			case <-t.C:
+				select {
+				case <-ready: // done as the timer fired: look again
+					continue
+				default:
+				}
 				// The call waited for is slow (its reply held or lost): this
 				// admission is decided on Redis by a call of its own, which
 				// takes no lease, rather than waiting out its deadline and

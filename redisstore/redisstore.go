@@ -358,9 +358,9 @@ type Store struct {
 	// sent after the last one counted failed (failedAt): calls in flight
 	// together that one stall times out are one failure, not many.
 	open        atomic.Bool
-	probeAt     atomic.Int64 // unix ns
+	probeAt     atomic.Int64 // mono ns
 	consecutive atomic.Int64 // failed calls in a row
-	failedAt    atomic.Int64 // unix ns: when the last failure counted in the row was seen
+	failedAt    atomic.Int64 // mono ns: when the last failure counted in the row was seen
 	errors      atomic.Int64
 	resends     atomic.Int64
 	hedges      atomic.Int64
@@ -717,15 +717,25 @@ func (s *Store) up(ctx context.Context) bool {
 	}
 	now := time.Now()
 	at := s.probeAt.Load()
-	if now.UnixNano() < at {
+	if mono(now) < at {
 		return false
 	}
 	hold := s.timeout
 	if d, ok := ctx.Deadline(); ok && d.Sub(now) < hold {
 		hold = d.Sub(now)
 	}
-	return s.probeAt.CompareAndSwap(at, now.Add(s.retry+hold).UnixNano())
+	return s.probeAt.CompareAndSwap(at, mono(now.Add(s.retry+hold)))
 }
+
+// monoStart is the origin of mono.
+var monoStart = time.Now()
+
+// mono returns t as nanoseconds since monoStart on the monotonic clock
+// (when t has a monotonic reading, as time.Now's do): the breaker's and
+// the hedger's times are compared in it, so that a wall clock stepped
+// back (an NTP step, a VM resumed) neither keeps the breaker shut nor
+// delays its probes.
+func mono(t time.Time) int64 { return int64(t.Sub(monoStart)) }
 
 func (s *Store) failed(err error) error {
 	return s.failedSince(err, time.Time{})
@@ -740,15 +750,21 @@ func (s *Store) failedSince(err error, sent time.Time) error {
 	s.errors.Add(1)
 	now := time.Now()
 	last := s.failedAt.Load()
-	if sent.IsZero() || sent.UnixNano() >= last {
-		s.failedAt.Store(now.UnixNano())
-		if s.consecutive.Add(1) >= breakAfter {
-			s.probeAt.Store(now.Add(s.retry).UnixNano())
-			s.open.Store(true)
-		}
+	counts := sent.IsZero()
+	if counts {
+		s.failedAt.Store(mono(now))
+	} else if mono(sent) >= last {
+		// Of the failures of calls sent after the last one counted, the
+		// first to get here counts: the calls of one stall that all read
+		// the same last count once.
+		counts = s.failedAt.CompareAndSwap(last, mono(now))
+	}
+	if counts && s.consecutive.Add(1) >= breakAfter {
+		s.probeAt.Store(mono(now.Add(s.retry)))
+		s.open.Store(true)
 	}
 	if s.open.Load() {
-		s.probeAt.Store(now.Add(s.retry).UnixNano())
+		s.probeAt.Store(mono(now.Add(s.retry)))
 	}
 	return fmt.Errorf("redisstore: %w", err)
 }
