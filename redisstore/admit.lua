@@ -77,6 +77,10 @@ end
 -- nothing; then the key's, unless solo (one entry for both).
 local wl, wr, wrf, wt, wtf, wexp, kexp
 local v = redis.call("GET", wkey)
+-- admit.lua's read of one entry, v from wkey here (last, rl, rf, tl, tf,
+-- and exp when admit.lua wrote it on the server's TIME): created full at
+-- now when absent; its time moved to now, or kept when the clock went
+-- backwards, which refills nothing.
 if v then
   if #v == 48 then
     wl, wr, wrf, wt, wtf, wexp = struct.unpack("<dddddd", v)
@@ -93,6 +97,10 @@ end
 local kl, kr, krf, kt, ktf = wl, wr, wrf, wt, wtf
 if not solo then
   v = redis.call("GET", kkey)
+  -- admit.lua's read of one entry, v from kkey here (last, rl, rf, tl, tf,
+  -- and exp when admit.lua wrote it on the server's TIME): created full at
+  -- now when absent; its time moved to now, or kept when the clock went
+  -- backwards, which refills nothing.
   if v then
     if #v == 48 then
       kl, kr, krf, kt, ktf, kexp = struct.unpack("<dddddd", v)
@@ -146,6 +154,10 @@ end
 local EXTRA = 10000
 local MAXPX = 1e14 -- as arith.lua's: about 3,170 years, in plain digits
 local px, q = 1000, 0
+-- admit.lua's write of one entry, at wkey here, px starting at 1000: to
+-- live until time alone would have refilled it to full, with a second's
+-- margin; on the server's TIME with its expiry kept (KEEPTTL) while exp
+-- is late enough, else set EXTRA ms later.
 if wr < 2 * wrr then px = math.ceil((2 * wrr - wr) * 60000 / wrr) + 1000 end
 if wt < 2 * wtr then
   q = math.ceil((2 * wtr - wt) * 60000 / wtr) + 1000
@@ -162,6 +174,10 @@ else
 end
 if not solo then
   px = 1000
+  -- admit.lua's write of one entry, at kkey here, px starting at 1000: to
+  -- live until time alone would have refilled it to full, with a second's
+  -- margin; on the server's TIME with its expiry kept (KEEPTTL) while exp
+  -- is late enough, else set EXTRA ms later.
   if kr < 2 * krr then px = math.ceil((2 * krr - kr) * 60000 / krr) + 1000 end
   if kt < 2 * ktr then
     q = math.ceil((2 * ktr - kt) * 60000 / ktr) + 1000

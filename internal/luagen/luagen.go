@@ -9,7 +9,15 @@
 //
 // (with any indentation before it) stands for the part file NAME, inserted
 // verbatim in its place, each non-empty line indented as the directive is;
-// parts may include parts. The output begins with a line saying it is
+// parts may include parts. A directive may rename identifiers in what it
+// inserts, as in
+//
+//	--#include entryget.lua wkey=kkey wl=kl
+//
+// where every identifier wkey (a whole word: not wkeys, not a part of
+// one) becomes kkey, and wl becomes kl, in comments, strings and nested
+// parts too: one part then serves two sets of names (the workspace's
+// entry and the key's). The output begins with a line saying it is
 // generated and from what. Package redisstore's go:generate writes every
 // source in redisstore/luasrc (parts in redisstore/luasrc/parts) to the
 // script of the same name beside it, and its tests check that every
@@ -21,11 +29,21 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"strings"
 )
 
 // directive begins an include line (after its indentation).
 const directive = "--#include "
+
+var (
+	// identifier is a whole rename's side; word finds the identifiers of
+	// a text (a run of letters, digits and underscores: a number's digits
+	// are matched too, and renamed only if a rename names them, which
+	// identifier forbids).
+	identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	word       = regexp.MustCompile(`[A-Za-z0-9_]+`)
+)
 
 // Header is the first line of every generated script, for source name.
 func Header(name string) string {
@@ -62,11 +80,23 @@ func expand(fsys fs.FS, parts, name string, text []byte, indent string, out *byt
 		}
 		body := strings.TrimLeft(line, " \t")
 		lead := line[:len(line)-len(body)]
-		if part, ok := strings.CutPrefix(body, directive); ok {
-			part = strings.TrimSpace(part)
+		if rest, ok := strings.CutPrefix(body, directive); ok {
+			fields := strings.Fields(rest)
+			if len(fields) == 0 {
+				return fmt.Errorf("luagen: %s:%d: bad include %q", name, i+1, "")
+			}
+			part := fields[0]
 			file := path.Join(parts, part)
-			if part == "" || strings.Contains(part, "..") {
+			if strings.Contains(part, "..") {
 				return fmt.Errorf("luagen: %s:%d: bad include %q", name, i+1, part)
+			}
+			renames := map[string]string{}
+			for _, f := range fields[1:] {
+				from, to, ok := strings.Cut(f, "=")
+				if !ok || !identifier.MatchString(from) || !identifier.MatchString(to) {
+					return fmt.Errorf("luagen: %s:%d: bad rename %q (want name=name)", name, i+1, f)
+				}
+				renames[from] = to
 			}
 			if open[file] {
 				return fmt.Errorf("luagen: %s:%d: include cycle through %s", name, i+1, part)
@@ -76,10 +106,21 @@ func expand(fsys fs.FS, parts, name string, text []byte, indent string, out *byt
 				return fmt.Errorf("luagen: %s:%d: %w", name, i+1, err)
 			}
 			open[file] = true
-			if err := expand(fsys, parts, file, b, indent+lead, out, open); err != nil {
+			var sub bytes.Buffer
+			if err := expand(fsys, parts, file, b, indent+lead, &sub, open); err != nil {
 				return err
 			}
 			delete(open, file)
+			if len(renames) == 0 {
+				out.Write(sub.Bytes())
+				continue
+			}
+			out.WriteString(word.ReplaceAllStringFunc(sub.String(), func(w string) string {
+				if to, ok := renames[w]; ok {
+					return to
+				}
+				return w
+			}))
 			continue
 		}
 		if line != "\n" {

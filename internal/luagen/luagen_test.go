@@ -21,6 +21,9 @@ func TestAssemble(t *testing.T) {
 		"nonl.lua":       {Data: []byte("--#include nonl.lua\n")},
 		"parts/nonl.lua": {Data: []byte("x = 1")},
 		"up.lua":         {Data: []byte("--#include ../s.lua\n")},
+		"rn.lua":         {Data: []byte("--#include r.lua\nif solo then\n  --#include r.lua wl=kl wkey=kkey\nend\n")},
+		"parts/r.lua":    {Data: []byte("-- wl from wkey\nwl = get(wkey, wl2, \"wl\", 2) + wl\n")},
+		"badrn.lua":      {Data: []byte("--#include r.lua wl=\n")},
 	}
 	got, err := luagen.Assemble(fsys, "parts", "s.lua")
 	if err != nil {
@@ -30,7 +33,16 @@ func TestAssemble(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("Assemble:\n%s\nwant:\n%s", got, want)
 	}
+	got, err = luagen.Assemble(fsys, "parts", "rn.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = luagen.Header("rn.lua") + "-- wl from wkey\nwl = get(wkey, wl2, \"wl\", 2) + wl\nif solo then\n  -- kl from kkey\n  kl = get(kkey, wl2, \"kl\", 2) + kl\nend\n"
+	if string(got) != want {
+		t.Errorf("Assemble with renames:\n%s\nwant:\n%s", got, want)
+	}
 	for name, msg := range map[string]string{
+		"badrn.lua":   "bad rename",
 		"cycle.lua":   "include cycle through c1.lua",
 		"missing.lua": "missing.lua:2",
 		"nonl.lua":    "does not end in a newline",

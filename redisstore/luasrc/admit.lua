@@ -76,35 +76,11 @@ end
 -- nothing; then the key's, unless solo (one entry for both).
 local wl, wr, wrf, wt, wtf, wexp, kexp
 local v = redis.call("GET", wkey)
-if v then
-  if #v == 48 then
-    wl, wr, wrf, wt, wtf, wexp = struct.unpack("<dddddd", v)
-  else
-    wl, wr, wrf, wt, wtf = struct.unpack("<ddddd", v)
-  end
-  local dt = now - wl
-  if dt > 0 then wl = now end
-  wr, wrf = refill(wr, wrf, wrr, 2 * wrr, dt)
-  wt, wtf = refill(wt, wtf, wtr, 2 * wtr, dt)
-else
-  wl, wr, wrf, wt, wtf = now, 2 * wrr, 0, 2 * wtr, 0
-end
+--#include entryget.lua
 local kl, kr, krf, kt, ktf = wl, wr, wrf, wt, wtf
 if not solo then
   v = redis.call("GET", kkey)
-  if v then
-    if #v == 48 then
-      kl, kr, krf, kt, ktf, kexp = struct.unpack("<dddddd", v)
-    else
-      kl, kr, krf, kt, ktf = struct.unpack("<ddddd", v)
-    end
-    local dt = now - kl
-    if dt > 0 then kl = now end
-    kr, krf = refill(kr, krf, krr, 2 * krr, dt)
-    kt, ktf = refill(kt, ktf, ktr, 2 * ktr, dt)
-  else
-    kl, kr, krf, kt, ktf = now, 2 * krr, 0, 2 * ktr, 0
-  end
+  --#include entryget.lua wkey=kkey wl=kl wr=kr wrf=krf wt=kt wtf=ktf wexp=kexp wrr=krr wtr=ktr
 end
 
 --#include cascade.lua
@@ -126,36 +102,10 @@ end
 local EXTRA = 10000
 local MAXPX = 1e14 -- as arith.lua's: about 3,170 years, in plain digits
 local px, q = 1000, 0
-if wr < 2 * wrr then px = math.ceil((2 * wrr - wr) * 60000 / wrr) + 1000 end
-if wt < 2 * wtr then
-  q = math.ceil((2 * wtr - wt) * 60000 / wtr) + 1000
-  if q > px then px = q end
-end
-px = math.min(px, MAXPX)
-if not timed then
-  redis.call("SET", wkey, struct.pack("<ddddd", wl, wr, wrf, wt, wtf), "PX", px)
-elseif wexp and now + px * 1000 <= wexp then
-  redis.call("SET", wkey, struct.pack("<dddddd", wl, wr, wrf, wt, wtf, wexp), "KEEPTTL")
-else
-  px = px + EXTRA
-  redis.call("SET", wkey, struct.pack("<dddddd", wl, wr, wrf, wt, wtf, now + px * 1000), "PX", px)
-end
+--#include entryput.lua
 if not solo then
   px = 1000
-  if kr < 2 * krr then px = math.ceil((2 * krr - kr) * 60000 / krr) + 1000 end
-  if kt < 2 * ktr then
-    q = math.ceil((2 * ktr - kt) * 60000 / ktr) + 1000
-    if q > px then px = q end
-  end
-  px = math.min(px, MAXPX)
-  if not timed then
-    redis.call("SET", kkey, struct.pack("<ddddd", kl, kr, krf, kt, ktf), "PX", px)
-  elseif kexp and now + px * 1000 <= kexp then
-    redis.call("SET", kkey, struct.pack("<dddddd", kl, kr, krf, kt, ktf, kexp), "KEEPTTL")
-  else
-    px = px + EXTRA
-    redis.call("SET", kkey, struct.pack("<dddddd", kl, kr, krf, kt, ktf, now + px * 1000), "PX", px)
-  end
+  --#include entryput.lua wkey=kkey wl=kl wr=kr wrf=krf wt=kt wtf=ktf wexp=kexp wrr=krr wtr=ktr
 end
 if refused < 0 then
   local rep = struct.pack("<dddd", kr, kt, wr, wt)
