@@ -36,9 +36,9 @@ import (
 // The extra load is bounded per store: at most hedgeMaxInFlight hedges in
 // flight at once, and, per window of hedgeWindow calls, at most
 // hedgeBurst hedges plus hedgeBudget of the window's calls so far. A
-// hedge is never sent while the breaker is open, nor unless Redis answered
-// some call of this store within the last WithTimeout (so not on a
-// store's first call, which dials and loads the script), nor with less
+// hedge is never sent while the breaker is open, nor unless Redis is
+// taken to be answering (live: so not on a store's first call, which
+// dials and loads the script), nor with less
 // than a delay left before the call's deadline: a hedge is for a reply
 // lost here and there, not for a Redis that answers no one, where it
 // would only add connections and goroutines waiting for nothing.
@@ -102,6 +102,17 @@ func (h *hedger) observe(d time.Duration) {
 	if now := mono(time.Now()); now-h.answered.Load() > int64(hedgeAnsweredGrain) {
 		h.answered.Store(now)
 	}
+}
+
+// live reports whether Redis may be taken to be answering, for a hedge:
+// it answered a call of this store within the last WithTimeout, or it has
+// answered some call and no failure has counted towards the breaker since
+// the last success (consecutive is 0: on a gateway with little traffic,
+// the last call succeeded, however long ago). Not on a store's first
+// call, nor after a failure in the breaker's row while nothing answers: a
+// Redis that answers no one gets no hedges.
+func (s *Store) live() bool {
+	return s.hedge.answering(s.timeout) || s.hedge.answered.Load() != 0 && s.consecutive.Load() == 0
 }
 
 // hedgeAnsweredGrain is how stale the time of the last answer may be (it
@@ -197,7 +208,7 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 	lone := h.active.Add(1) == 1
 	defer h.active.Add(-1)
 	hedges := 0
-	if lone && s.direct && !s.open.Load() && h.answering(s.timeout) {
+	if lone && s.direct && !s.open.Load() && s.live() {
 		v, err, done := s.inline(ctx, script, keys, args)
 		if done {
 			return v, err
@@ -242,7 +253,7 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 				}
 			default:
 			}
-			if !s.open.Load() && h.answering(s.timeout) && timeLeft(ctx) >= delay && s.connFree() && h.take() {
+			if !s.open.Load() && s.live() && timeLeft(ctx) >= delay && s.connFree() && h.take() {
 				if s.launch(actx, ch, script, keys, args, true) {
 					hedges++
 					pending++
@@ -305,7 +316,7 @@ func (s *Store) inline(ctx context.Context, script *redis.Script, keys []string,
 	// open, nor when Redis has answered no call of this store within the
 	// last WithTimeout (a Redis that answers no one), where the call fails
 	// now instead of at its deadline.
-	if s.open.Load() || !s.hedge.answering(s.timeout) {
+	if s.open.Load() || !s.live() {
 		return v, err, true
 	}
 	return nil, err, false

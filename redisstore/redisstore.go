@@ -211,8 +211,10 @@
 // and per window of 1,024 calls at most 16 plus 10% of the window's calls
 // so far, so the extra load on Redis stays far below double. None is sent
 // while the breaker is open, unless Redis answered some call of this
-// store within the last WithTimeout (so not on a store's first call), or
-// with less than a delay left. Hedges counts them. The hedge goes on
+// store within the last WithTimeout or no failure has counted towards the
+// breaker since its last success (so not on a store's first call, and not
+// into a Redis that answers no one; but on a quiet store, whose last call
+// succeeded however long ago, yes), or with less than a delay left. Hedges counts them. The hedge goes on
 // another connection because the call it hedges holds its own (checked
 // out of go-redis's pool until it ends), so the pool hands the hedge an
 // idle one or dials one; and a hedge is sent only when the pool has an
@@ -228,7 +230,7 @@
 // the time the call has, and past that its connection is closed (go-redis
 // closes a connection whose read deadline passed, its late reply with it)
 // and the call is sent again, on a hedge's terms (not while the breaker
-// is open, nor when Redis has answered nothing for a WithTimeout: the call
+// is open, nor when Redis is not taken to be answering, as for a hedge: the call
 // then fails at once), which counts as its first hedge; it is not drawn
 // from the hedges' budget below, since it replaces an attempt that has
 // ended (a lone call has one at most). With other

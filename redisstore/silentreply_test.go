@@ -313,3 +313,24 @@ func TestHedgesCountOnlyCallsSentAgain(t *testing.T) {
 	}
 	assert.Equal(t, s.Hedges()-hedges, ran()-runs-calls, "hedges counted: the scripts Redis ran beyond one per call")
 }
+
+// TestSilentReplyAfterAQuietSpell: a store that has made no call for
+// longer than WithTimeout (a gateway with little traffic), whose Redis
+// answered its last call, still hedges its next call when that reply is
+// silent: the admission is decided by Redis, not by the fallback at the
+// timeout.
+func TestSilentReplyAfterAQuietSpell(t *testing.T) {
+	srv := redistest.Start(t)
+	p, s, _ := silentSetup(t, srv, redisstore.WithTimeout(50*time.Millisecond))
+	ctx := context.Background()
+	d, err := s.Admit(ctx, soloReq("sk-quiet", 1))
+	require.NoError(t, err)
+	require.Empty(t, d.Receipt)
+	time.Sleep(120 * time.Millisecond) // idle past WithTimeout: no answer within it
+	p.SilenceNext(1)
+	d, err = s.Admit(ctx, soloReq("sk-quiet", 1))
+	require.NoError(t, err)
+	assert.Empty(t, d.Receipt, "decided by Redis, not the fallback")
+	assert.Zero(t, s.Errors())
+	assert.Equal(t, int64(1), s.Hedges())
+}
