@@ -64,27 +64,8 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, a *admission) {
 }
 
 func refusalMessage(a *admission, secs int64, docs string) string {
-	if a.d.NeverFits && windowed(a.kl, a.wl) {
-		if msg, ok := windowNeverFitsMessage(a, docs); ok {
-			return msg
-		}
-	}
 	if a.d.NeverFits {
-		if msg, ok := reserveNeverFitsMessage(a, docs); ok {
-			return msg
-		}
-	}
-	if a.d.NeverFits {
-		scope, capacity := "workspace", 2*a.wl.TokensPerMinute
-		if a.est > 2*a.kl.TokensPerMinute {
-			scope, capacity = "key", 2*a.kl.TokensPerMinute
-		}
-		what := "tokens per minute (" + scope + ")"
-		if a.entry != "" {
-			what = a.entry + "'s " + what
-		}
-		return fmt.Sprintf("Request too large for %s: its estimated %d tokens exceed the bucket's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger tier. See %s",
-			what, a.est, capacity, planPhrase(a), docs)
+		return neverFitsMessage(a, docs)
 	}
 	b := a.d.Refused
 	if b.Concurrent() {
@@ -206,32 +187,81 @@ func windowMessage(a *admission, b Bucket, w Window, secs int64, docs string) st
 		meterPhrase(b, w.Per), b.Scope(), planPhrase(a), figure, per, reserveClause(a), secs, docs)
 }
 
-// windowNeverFitsMessage is the 429 message of a request larger than a
-// window's whole capacity (its tokens estimate above a Tokens figure, or
-// its input estimate above an InputTokens figure), when no per-minute
-// bucket is too small for it already (that message comes first).
-func windowNeverFitsMessage(a *admission, docs string) (string, bool) {
-	if a.est > 2*a.kl.TokensPerMinute || a.est > 2*a.wl.TokensPerMinute {
-		return "", false
+// stage is one bucket a request spends, for a message: what it needs of
+// it and its whole capacity; w is the bucket's window (zero: the
+// per-minute bucket).
+type stage struct {
+	b         Bucket
+	w         Window
+	need, cap int64
+}
+
+// stages lists the buckets a spends, in the stores' order: the four
+// per-minute buckets, then each window's meters (Store).
+func stages(a *admission) []stage {
+	st := []stage{
+		{KeyRequests, Window{}, 1, 2 * a.kl.RequestsPerMinute},
+		{KeyTokens, Window{}, a.est, 2 * a.kl.TokensPerMinute},
+		{WorkspaceRequests, Window{}, 1, 2 * a.wl.RequestsPerMinute},
+		{WorkspaceTokens, Window{}, a.est, 2 * a.wl.TokensPerMinute},
 	}
 	meters := WindowMeters()
 	for scope, l := range [2]Limits{a.kl, a.wl} {
 		for _, w := range l.Windows {
-			for _, b := range meters[scope][1:3] {
-				n := a.est
-				if b == KeyInputTokens || b == WorkspaceInputTokens {
-					n = a.input
-				}
-				if f := w.Figure(b); f > 0 && n > f {
-					what := meterPhrase(b, w.Per) + " (" + b.Scope() + ")"
-					if a.entry != "" {
-						what = a.entry + "'s " + what
-					}
-					return fmt.Sprintf("Request too large for %s: its estimated %d %s exceed the window's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger tier. See %s",
-						what, n, b.Meter(), f, planPhrase(a), docs), true
+			for m, b := range meters[scope] {
+				if f := w.Figure(b); f > 0 {
+					st = append(st, stage{b, w, [4]int64{1, a.est, a.input, 1}[m], f})
 				}
 			}
 		}
 	}
-	return "", false
+	return st
+}
+
+// neverFitsMessage is the 429 message of a request that can never be
+// admitted: it names the first bucket whose whole capacity is smaller
+// than the request (a per-minute bucket's, then a window's), else the
+// first whose capacity less its class's reserve is (WithPriority).
+func neverFitsMessage(a *admission, docs string) string {
+	st := stages(a)
+	for _, s := range st {
+		if s.need <= s.cap {
+			continue
+		}
+		what := s.b.Meter() + " per minute (" + s.b.Scope() + ")"
+		if s.w.Per != 0 {
+			what = meterPhrase(s.b, s.w.Per) + " (" + s.b.Scope() + ")"
+		}
+		if a.entry != "" {
+			what = a.entry + "'s " + what
+		}
+		if s.w.Per == 0 {
+			return fmt.Sprintf("Request too large for %s: its estimated %d tokens exceed the bucket's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger tier. See %s",
+				what, s.need, s.cap, planPhrase(a), docs)
+		}
+		return fmt.Sprintf("Request too large for %s: its estimated %d %s exceed the window's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger tier. See %s",
+			what, s.need, s.b.Meter(), s.cap, planPhrase(a), docs)
+	}
+	if a.reserve > 0 && a.class != "" {
+		for _, s := range st {
+			floor := ReserveFloor(a.reserve, s.cap)
+			if s.need <= s.cap-floor {
+				continue
+			}
+			per := "minute"
+			if s.w.Per != 0 {
+				per = windowName(s.w.Per)
+			}
+			what := s.b.Meter() + " per " + per + " (" + s.b.Scope() + ")"
+			if a.entry != "" {
+				what = a.entry + "'s " + what
+			}
+			return fmt.Sprintf("Request too large for %s: it needs %d %s, more than the %d of the bucket's whole capacity of %d %s that its class may use; %s is kept for other traffic (priority class %s). Retrying will not help: send a smaller request or move to a larger tier. See %s",
+				what, s.need, s.b.Meter(), s.cap-floor, s.cap, planPhrase(a), reservePercent(a.reserve), a.class, docs)
+		}
+	}
+	// A store's NeverFits that no figure explains (a store of its own):
+	// the workspace's tokens bucket, as before windows and reserves.
+	return fmt.Sprintf("Request too large for tokens per minute (workspace): its estimated %d tokens exceed the bucket's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger tier. See %s",
+		a.est, 2*a.wl.TokensPerMinute, planPhrase(a), docs)
 }
