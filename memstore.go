@@ -230,7 +230,6 @@ func (g *gaugeCheck) byReserve(b Bucket) bool {
 // after the request takes its own.
 func (g *gaugeCheck) withReserve(r int64) {
 	if g != nil {
-		r = min(r, MaxReserve)
 		g.keyFloor, g.wsFloor = ReserveFloor(r, g.keyCap), ReserveFloor(r, g.wsCap)
 	}
 }

@@ -218,13 +218,12 @@ func windowStages(st []winStage, ws *winSet, windows []Window, scope int, tokens
 }
 
 // withReserve adds to what each stage needs the floor a reserve of r
-// millionths keeps in it (r > 0; above MaxReserve: MaxReserve), ⌈r ×
+// millionths keeps in it (r > 0; ReserveFloor takes one above MaxReserve as MaxReserve), ⌈r ×
 // capacity⌉: the level the stage must hold to admit the request is its
 // own need (at most capacity + 1: one that large never fits anyway) plus
 // the floor, so that decideStages checks, and waits for, need as without a
 // reserve, at no cost to requests without one.
 func withReserve(st []winStage, r int64) {
-	r = min(r, MaxReserve)
 	for i := range st {
 		st[i].need = min(st[i].need, st[i].cap+1) + ReserveFloor(r, st[i].cap)
 	}
@@ -235,7 +234,6 @@ func withReserve(st []winStage, r int64) {
 // need: a refusal debits nothing) had room for the request's own need:
 // only the floor kept it out.
 func byReserve(st []winStage, r int64) bool {
-	r = min(r, MaxReserve)
 	for i := range st {
 		if s := &st[i]; s.b.level < s.need {
 			return s.b.level >= s.need-ReserveFloor(r, s.cap)

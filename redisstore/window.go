@@ -187,7 +187,7 @@ func (s *Store) admitW(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Dec
 // its capacity, at most 2 × 10^12, below 2^53). A Solo request's key
 // buckets are its workspace's.
 func reserveFloors(r llmrate.AdmitRequest, bs []wbucket, kc, wc int64) string {
-	res := min(r.Reserve, llmrate.MaxReserve)
+	res := r.Reserve // ReserveFloor decides one above MaxReserve as MaxReserve
 	kl, wl := r.KeyLimits, r.WorkspaceLimits
 	if r.Solo {
 		kl = wl
