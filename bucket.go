@@ -121,6 +121,15 @@ func (b *bucket) pwait(n, rate, capacity int64, limit time.Duration, period uint
 	return time.Duration(q), false
 }
 
+// lower sets b to level when b holds more, dropping its fraction; a level
+// below the debt floor (−2 × capacity) is taken at the floor.
+func (b *bucket) lower(level, capacity int64) {
+	level = max(level, -2*capacity)
+	if level < b.level {
+		b.level, b.frac = level, 0
+	}
+}
+
 // adjust applies a reconcile: delta > 0 debits forward (the level may go
 // negative, floored at -2*capacity so one bad reading cannot wedge a bucket
 // for long), delta < 0 credits back (capped at capacity).

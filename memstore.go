@@ -1010,6 +1010,42 @@ func makeRoom(sh *memShard, bound int, now int64, ev *evicted) {
 	}
 }
 
+// Follow lowers the four per-minute buckets r would spend, as of r.Now,
+// to at most the levels d reports (Decision.Remaining): a bucket above its
+// reported level is set to it, one at or below keeps its own. It is for a
+// store that keeps a MemoryStore as its fallback (as redisstore's
+// WithFallbackLocal does): fed each decision of the shared store, the
+// fallback, when a call to the shared store fails, decides from what that
+// store last reported, refilled since, instead of from full buckets, and
+// does not admit what the shared buckets had already spent. Taking the
+// lower of the two keeps what the fallback itself admitted while the
+// shared store was out of reach. A level below the memory store's debt
+// floor (−2 × capacity) is taken at the floor. Windows and gauges are not
+// followed; an entry not tracked yet is created, full, then lowered.
+func (s *MemoryStore) Follow(r AdmitRequest, d Decision) {
+	now := r.Now.UnixNano()
+	if r.Solo {
+		sh, e, ev := s.soloEntry(r.Workspace, r.Model, &r.WorkspaceLimits, now)
+		e.lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], &r.WorkspaceLimits)
+		e.release(sh.epoch.Load())
+		s.noteEvictions(ev)
+		return
+	}
+	ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
+	ke.lower(d.Remaining[KeyRequests], d.Remaining[KeyTokens], &r.KeyLimits)
+	we.lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], &r.WorkspaceLimits)
+	releasePair(ks, wsh, ke, we)
+	s.noteEvictions(ev)
+}
+
+// lower sets each of e's buckets above the level given for it (requests,
+// tokens) to that level, floored at the debt floor, and settles e.
+func (e *entry) lower(req, tok int64, lim *Limits) {
+	e.req.lower(req, 2*lim.RequestsPerMinute)
+	e.tok.lower(tok, 2*lim.TokensPerMinute)
+	e.settle(lim)
+}
+
 // Levels returns the whole-unit level of the four default buckets of (key,
 // workspace) as of now under the given figures, indexed by Bucket, without
 // changing anything. Buckets not tracked are full at their figures. A Solo

@@ -287,3 +287,54 @@ func BenchmarkAdmitDailyWindowHotKey(b *testing.B) {
 		}
 	}
 }
+
+// TestFollowLowersToReportedLevels: Follow sets each bucket above the
+// level a decision reports to that level and leaves lower ones alone; the
+// buckets then refill from there, a level below the debt floor is taken at
+// the floor, and a Solo request's levels are its workspace's.
+func TestFollowLowersToReportedLevels(t *testing.T) {
+	s := llmrate.NewMemoryStore()
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	kl := llmrate.Limits{RequestsPerMinute: 60, TokensPerMinute: 6_000}   // capacities 120 and 12,000
+	wl := llmrate.Limits{RequestsPerMinute: 600, TokensPerMinute: 60_000} // 1,200 and 120,000
+	r := llmrate.AdmitRequest{Key: "sk-f", Workspace: "acme", KeyLimits: kl, WorkspaceLimits: wl, Now: t0}
+
+	// A key never seen is full, then lowered: 2 of 120 requests, 500 of
+	// 12,000 tokens; the workspace's tokens reported above its level keep
+	// their own (120,000 − 0: full, so a report of 200,000 changes nothing).
+	s.Follow(r, llmrate.Decision{Remaining: [4]int64{2, 500, 1_000, 200_000}})
+	assert.Equal(t, [4]int64{2, 500, 1_000, 120_000}, s.Levels("sk-f", "acme", kl, wl, t0))
+
+	// Lower only: a later report of more leaves the lower level.
+	s.Follow(r, llmrate.Decision{Remaining: [4]int64{50, 400, 1_100, 100_000}})
+	assert.Equal(t, [4]int64{2, 400, 1_000, 100_000}, s.Levels("sk-f", "acme", kl, wl, t0))
+
+	// Refilled from there: 10 s at 60 RPM is 10 requests, at 6,000 TPM
+	// 1,000 tokens; at 600 RPM 100 requests, at 60,000 TPM 10,000 tokens.
+	t1 := t0.Add(10 * time.Second)
+	assert.Equal(t, [4]int64{12, 1_400, 1_100, 110_000}, s.Levels("sk-f", "acme", kl, wl, t1))
+
+	// The fallback refuses what the shared store had spent: 2 requests
+	// left of the key's, so the third in a row is refused.
+	for i, want := range []bool{true, true, false} {
+		d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "sk-g", Workspace: "acme", KeyLimits: kl, WorkspaceLimits: wl, Tokens: 1, Now: t0})
+		require.NoError(t, err)
+		if i == 0 {
+			s.Follow(llmrate.AdmitRequest{Key: "sk-g", Workspace: "acme", KeyLimits: kl, WorkspaceLimits: wl, Now: t0},
+				llmrate.Decision{Remaining: [4]int64{1, 11_000, 900, 100_000}})
+			continue // the report after the first admission: 1 request left
+		}
+		assert.Equal(t, want, d.Allowed, "admission %d", i+1)
+	}
+
+	// Debt below the floor is taken at the floor, −2 × 12,000 tokens as
+	// of t0; 10 s later 1,000 tokens have refilled it.
+	s.Follow(r, llmrate.Decision{Remaining: [4]int64{2, -1_000_000, 1_000, 100_000}})
+	assert.Equal(t, int64(-24_000), s.Levels("sk-f", "acme", kl, wl, t0)[llmrate.KeyTokens])
+	assert.Equal(t, int64(-23_000), s.Levels("sk-f", "acme", kl, wl, t1)[llmrate.KeyTokens])
+
+	// Solo: one entry, the workspace's levels.
+	solo := llmrate.AdmitRequest{Key: "sk-s", Workspace: "sk-s", KeyLimits: kl, WorkspaceLimits: kl, Solo: true, Now: t0}
+	s.Follow(solo, llmrate.Decision{Remaining: [4]int64{7, 700, 7, 700}})
+	assert.Equal(t, [4]int64{7, 700, 7, 700}, s.Levels("sk-s", "sk-s", kl, kl, t0))
+}

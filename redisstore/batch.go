@@ -94,7 +94,9 @@ func (s *Store) admitBatched(ctx context.Context, r llmrate.AdmitRequest) (llmra
 		if err != nil {
 			return s.admitLocal(ctx, r, err)
 		}
-		return decisionFrom(res), nil
+		d := decisionFrom(res)
+		s.follow(&r, &d)
+		return d, nil
 	}
 	p := &pending{r: r, k: k, w: w, done: make(chan struct{}), lead: make(chan struct{})}
 	p.dl, _ = ctx.Deadline()
@@ -238,6 +240,7 @@ func (s *Store) runBatch(batch []*pending) {
 			p.d, p.err = s.admitLocal(context.Background(), p.r, err)
 		} else {
 			p.d = decisionFrom(res[8*i : 8*i+8])
+			s.follow(&p.r, &p.d)
 		}
 		close(p.done)
 	}

@@ -363,11 +363,12 @@ func TestReconcileGoesToDecidingStore(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d1.Allowed)
 	p.setDown(true)
-	local := soloReq("sk-f", 5_000)
+	local := soloReq("sk-f", 4_000)
 	d2, err := s.Admit(ctx, local)
 	require.NoError(t, err, "the fallback decides")
 	require.True(t, d2.Allowed)
-	assert.Equal(t, int64(20_000-5_000), d2.Remaining[llmrate.WorkspaceTokens], "the fallback's own buckets")
+	assert.Equal(t, int64(20_000-15_000-4_000), d2.Remaining[llmrate.WorkspaceTokens],
+		"the fallback's own buckets, from the level Redis last reported")
 	assert.NotEqual(t, d1.Receipt, d2.Receipt)
 
 	// The Redis admission's debit, while Redis is down: an error, not
@@ -376,10 +377,10 @@ func TestReconcileGoesToDecidingStore(t *testing.T) {
 	require.Error(t, s.Reconcile(ctx, debit))
 	d, err := s.Admit(ctx, soloReq("sk-f", 1))
 	require.NoError(t, err)
-	assert.Equal(t, int64(20_000-5_000-1), d.Remaining[llmrate.WorkspaceTokens], "the fallback untouched by Redis's debit")
+	assert.Equal(t, int64(20_000-15_000-4_000-1), d.Remaining[llmrate.WorkspaceTokens], "the fallback untouched by Redis's debit")
 
 	p.setDown(false)
-	credit := llmrate.ReconcileRequest{Key: "sk-f", Workspace: "sk-f", KeyLimits: solo1k, WorkspaceLimits: solo1k, Estimate: 5_000, Actual: 0, Solo: true, ID: local.ID, Receipt: d2.Receipt}
+	credit := llmrate.ReconcileRequest{Key: "sk-f", Workspace: "sk-f", KeyLimits: solo1k, WorkspaceLimits: solo1k, Estimate: 4_000, Actual: 0, Solo: true, ID: local.ID, Receipt: d2.Receipt}
 	require.NoError(t, s.Reconcile(ctx, credit))
 	assert.Equal(t, int64(20_000-15_000), redisLevel(), "Redis gained nothing from the fallback's credit")
 	require.NoError(t, s.Reconcile(ctx, debit), "retried once Redis is back")
@@ -741,6 +742,72 @@ func TestLeasesDebtWindowMeasured(t *testing.T) {
 				share, over[0].Load(), total, float64(total)/capacity, float64(n-1)*share, window)
 			assert.Zero(t, over[0].Load(), "the reconciling process admitted after its debt")
 			assert.LessOrEqual(t, float64(total), float64(n-1)*share*capacity, "beyond (N−1) × share × capacity")
+		})
+	}
+}
+
+// TestFallbackContinuesFromRedisLevels: once Redis has emptied a key's
+// bucket, a call that cannot reach Redis is refused by the local fallback
+// too: the fallback decides from the levels Redis last reported (refilled
+// since), not from a full bucket. Before, every such call was an
+// admission beyond exact. A key Redis never decided for still starts full
+// in the fallback. Every admission path: plain, batched, leased, gauged,
+// windowed, with a priority reserve.
+func TestFallbackContinuesFromRedisLevels(t *testing.T) {
+	three := llmrate.Limits{RequestsPerMinute: 3, TokensPerMinute: 1_000} // 6 requests' capacity
+	gauged := three
+	gauged.ConcurrentRequests = 100
+	windowed := withWindows(three, llmrate.Window{Per: 24 * time.Hour, Requests: 1_000})
+	ws := llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: 100_000}
+	paths := []struct {
+		name    string
+		opts    []redisstore.Option
+		lim     llmrate.Limits
+		reserve int64
+		fits    int // the requests Redis admits of the bucket's 6
+	}{
+		{"plain", []redisstore.Option{redisstore.WithBatching(1)}, three, 0, 6},
+		{"batched", []redisstore.Option{redisstore.WithBatching(16)}, three, 0, 6},
+		{"leased", []redisstore.Option{redisstore.WithLeases(0.25)}, three, 0, 6},
+		{"gauged", []redisstore.Option{redisstore.WithBatching(1)}, gauged, 0, 6},
+		{"windowed", []redisstore.Option{redisstore.WithBatching(1)}, windowed, 0, 6},
+		{"reserved", []redisstore.Option{redisstore.WithBatching(1)}, three, 1, 5}, // ⌈6 × 1/1,000,000⌉ = 1 kept
+	}
+	for _, pt := range paths {
+		t.Run(pt.name, func(t *testing.T) {
+			_, p, c := faultyRedis(t)
+			opts := append([]redisstore.Option{redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+				redisstore.WithTimeout(200 * time.Millisecond)}, pt.opts...)
+			s := redisrig.Store(t, c, opts...)
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+			ctx := context.Background()
+			req := func(key string) llmrate.AdmitRequest {
+				return llmrate.AdmitRequest{Key: key, Workspace: "acme", KeyLimits: pt.lim, WorkspaceLimits: ws,
+					Tokens: 10, Reserve: pt.reserve, Now: frozen(), ID: llmrate.NewAdmissionID()}
+			}
+			allowed := 0
+			for range 10 { // the clock is frozen: pt.fits fit, then Redis refuses
+				d, err := s.Admit(ctx, req("sk-a"))
+				require.NoError(t, err)
+				require.NotEqual(t, "local", d.Receipt, "Redis is up")
+				if d.Allowed {
+					allowed++
+				}
+			}
+			require.Equal(t, pt.fits, allowed, "Redis admits the key's capacity")
+
+			p.down.Store(true) // Redis unreachable from here on
+			p.closeAll()
+			d, err := s.Admit(ctx, req("sk-a"))
+			require.NoError(t, err, "the fallback answers")
+			require.Equal(t, "local", d.Receipt, "decided by the fallback")
+			assert.False(t, d.Allowed, "the fallback starts from Redis's empty bucket, not a full one")
+			assert.Equal(t, llmrate.KeyRequests, d.Refused)
+
+			d, err = s.Admit(ctx, req("sk-new"))
+			require.NoError(t, err)
+			require.Equal(t, "local", d.Receipt)
+			assert.True(t, d.Allowed, "a key Redis never decided for starts full in the fallback")
 		})
 	}
 }

@@ -223,6 +223,7 @@ func (s *Store) admitX(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Dec
 		Remaining:  [4]int64{res[4], res[5], res[6], res[7]},
 		Wait:       time.Duration(res[8]) * time.Microsecond,
 	}
+	s.follow(&r, &d)
 	if d.Allowed && kc+wc > 0 {
 		d.Receipt = receiptGauged
 		s.hold(r.ID, slots{w: w, kg: kg, wg: wg, key: kc > 0, ws: wc > 0})

@@ -387,6 +387,7 @@ func (s *Store) renew(ctx context.Context, g *group, kl *keyLease, k, w string, 
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
 	}
+	s.follow(&r, &d)
 	return d, nil
 }
 
@@ -396,6 +397,7 @@ func (s *Store) admitPlain(ctx context.Context, k, w string, r llmrate.AdmitRequ
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
 	}
+	s.follow(&r, &d)
 	return d, nil
 }
 

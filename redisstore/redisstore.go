@@ -923,7 +923,9 @@ func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Deci
 	if err := admitReply(v, res[:]); err != nil {
 		return s.admitLocal(ctx, r, s.failed(err))
 	}
-	return decisionFrom(res[:]), nil
+	d := decisionFrom(res[:])
+	s.follow(&r, &d)
+	return d, nil
 }
 
 // admitCall returns admit.lua's keys and arguments for r: its entries'
@@ -969,6 +971,18 @@ func (s *Store) admitLocal(ctx context.Context, r llmrate.AdmitRequest, err erro
 	d, ferr := s.fallback.Admit(ctx, r)
 	d.Receipt = receiptLocal
 	return d, ferr
+}
+
+// follow lowers the local fallback's buckets for r to the levels Redis
+// reported in d (llmrate.MemoryStore.Follow): when a later call fails, the
+// fallback decides from what Redis last said, refilled since, rather than
+// from full buckets, and does not admit what the shared buckets had spent.
+// Every decision Redis makes on an admission, allowed or refused, passes
+// here; decisions a lease makes locally do not (Redis did not see them).
+func (s *Store) follow(r *llmrate.AdmitRequest, d *llmrate.Decision) {
+	if s.fallback != nil {
+		s.fallback.Follow(*r, *d)
+	}
 }
 
 // idKey is the name of the identity record of an admission (kind 'a'; 'x'

@@ -171,6 +171,7 @@ func (s *Store) admitW(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Dec
 		}
 	}
 	d.KeyWindows, d.WorkspaceWindows = windowLevels(r, bs, res[10:])
+	s.follow(&r, &d)
 	if d.Allowed && kc+wc > 0 {
 		d.Receipt = receiptGauged
 		s.hold(r.ID, slots{w: w, kg: kg, wg: wg, key: kc > 0, ws: wc > 0})
