@@ -168,6 +168,20 @@ func BenchmarkAdmitHotKey(b *testing.B) {
 	}
 }
 
+// BenchmarkFollowHotKey: Follow of one known key's four levels, serial:
+// what redisstore's WithFallbackLocal adds to each decision Redis makes.
+func BenchmarkFollowHotKey(b *testing.B) {
+	s := llmrate.NewMemoryStore()
+	req := benchAdmitReq("sk-hot")
+	req.Workspace = "acme"
+	d := llmrate.Decision{Allowed: true, Remaining: [4]int64{5, 500, 50, 5_000}}
+	b.ReportAllocs()
+	for i := range b.N {
+		req.Now = time.Unix(0, int64(i))
+		s.Follow(req, d)
+	}
+}
+
 // BenchmarkAdmitHotKeyParallel: one known key from every goroutine.
 func BenchmarkAdmitHotKeyParallel(b *testing.B) {
 	s := llmrate.NewMemoryStore()

@@ -489,7 +489,13 @@ func WithRetryInterval(d time.Duration) Option {
 // WithFallbackLocal enforces per-process in-memory buckets while Redis is
 // unreachable, instead of returning the error (which makes the limiter fail
 // open and pass everything). Limits are then per process until Redis is
-// back. The fallback's lossy evictions reach the observers of the limiters
+// back. The fallback follows Redis: each decision Redis makes on an
+// admission lowers the fallback's buckets for that key to the levels Redis
+// reported (llmrate.MemoryStore.Follow), so a call that fails is decided
+// from what Redis last said, refilled since, not from full buckets; a key
+// Redis never decided for starts full. The fallback so tracks each key
+// Redis decides for, up to its WithMaxKeys bound (least recently used
+// forgotten beyond it). The fallback's lossy evictions reach the observers of the limiters
 // using the store (NotifyEvictions). An invalid memory option makes New
 // fail.
 func WithFallbackLocal(opts ...llmrate.MemoryOption) Option {
