@@ -65,6 +65,10 @@ const (
 // 16,777,214 entries (about 2.1 billion in the store), where the least
 // recently used entry is dropped whatever it owes (a lossy eviction).
 //
+// An entry that only copies what another store reported (Follow), nothing
+// spent here since, is dropped first when room is needed, in debt or not,
+// and without counting: that store holds it.
+//
 // Windows (Limits.Windows) are kept per key, and per workspace, apart from
 // the entries, under the same rules: a key's windows are dropped once time
 // alone has refilled them (a daily window: up to a day after its last
@@ -109,19 +113,26 @@ type entry struct {
 // mark packs, in what would otherwise be padding (an entry stays 56 bytes),
 // the seconds after entry.last by which time alone refills both buckets to
 // full under the figures of the entry's latest admission or reconcile
-// (fullNever: not within 68 years, or not known to), and in its top bit
+// (fullNever: not within 34 years, or not known to), in its top bit
 // whether a workspace entry was last used by a Solo request (it then holds
-// its key's buckets too).
+// its key's buckets too), and in the next whether the entry holds only
+// levels another store reported (Follow) and nothing spent here since:
+// dropping it loses nothing that store does not hold.
 type mark uint32
 
 const (
-	markSolo  mark = 1 << 31
-	fullNever      = 1<<31 - 1
+	markSolo     mark = 1 << 31
+	markFollowed mark = 1 << 30
+	fullNever         = 1<<30 - 1
 )
 
-func (m mark) solo() bool         { return m&markSolo != 0 }
-func (m mark) fullIn() int64      { return int64(m &^ markSolo) }
-func (m *mark) setSolo(on bool)   { *m = *m&^markSolo | mark(boolBit(on))<<31 }
+func (m mark) solo() bool       { return m&markSolo != 0 }
+func (m mark) followed() bool   { return m&markFollowed != 0 }
+func (m mark) fullIn() int64    { return int64(m &^ (markSolo | markFollowed)) }
+func (m *mark) setSolo(on bool) { *m = *m&^markSolo | mark(boolBit(on))<<31 }
+
+// setFullIn sets the seconds to full, and clears followed: it is set by an
+// admission's, a reconcile's or a fill's settling, which spend here.
 func (m *mark) setFullIn(s int64) { *m = *m&markSolo | mark(s) }
 
 func boolBit(b bool) uint32 {
@@ -932,7 +943,8 @@ func getEntry(sh *memShard, bound int, k uint64, lim *Limits, now int64, ev *evi
 
 // makeRoom makes room for one entry in a shard at its bound; the caller
 // holds sh.mu. Visiting entries from a random place, it drops those
-// already full (lossless) until the shard is below its bound, else the
+// already full, and those only Follow set (lossless: the shared store
+// holds them), until the shard is below its bound, else the
 // least recently used of up to evictSample entries not in debt (lossy).
 // Entries in debt are passed over: when only debts were found, the shard
 // goes beyond its bound (ev.over) rather than forget one, unless the table
@@ -958,7 +970,8 @@ func makeRoom(sh *memShard, bound int, now int64, ev *evicted) {
 		visited++
 		old.lock()
 		switch age := (cur - old.used()) & epochMask; {
-		case old.idleFull(now):
+		case old.idleFull(now) || old.mark.followed():
+			// Full by now, or a copy of what the shared store holds.
 			sh.t.delete(old)
 			old.unlock()
 			if sh.t.n < bound {
@@ -1019,9 +1032,15 @@ func makeRoom(sh *memShard, bound int, now int64, ev *evicted) {
 // store last reported, refilled since, instead of from full buckets, and
 // does not admit what the shared buckets had already spent. Taking the
 // lower of the two keeps what the fallback itself admitted while the
-// shared store was out of reach. A level below the memory store's debt
+// shared store was out of reach, as long as the shared store reports no
+// more than that (the larger of the two spends is kept, not their sum:
+// the caller charges the fallback's admissions to the shared store, as
+// redisstore does, for the sum). A level below the memory store's debt
 // floor (−2 × capacity) is taken at the floor. Windows and gauges are not
-// followed; an entry not tracked yet is created, full, then lowered.
+// followed; an entry not tracked yet is created, full, then lowered. An
+// entry Follow set, until this store spends on it, is a copy: it goes
+// first when room is needed, without counting as an eviction, debt or not
+// (see MemoryStore).
 func (s *MemoryStore) Follow(r AdmitRequest, d Decision) {
 	now := r.Now.UnixNano()
 	if r.Solo {
@@ -1039,11 +1058,14 @@ func (s *MemoryStore) Follow(r AdmitRequest, d Decision) {
 }
 
 // lower sets each of e's buckets above the level given for it (requests,
-// tokens) to that level, floored at the debt floor, and settles e.
+// tokens) to that level, floored at the debt floor, settles e and marks it
+// followed: until this store spends on it, it may be dropped for room, in
+// debt or not, without loss (makeRoom).
 func (e *entry) lower(req, tok int64, lim *Limits) {
 	e.req.lower(req, 2*lim.RequestsPerMinute)
 	e.tok.lower(tok, 2*lim.TokensPerMinute)
 	e.settle(lim)
+	e.mark |= markFollowed
 }
 
 // Levels returns the whole-unit level of the four default buckets of (key,

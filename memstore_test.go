@@ -352,3 +352,64 @@ func TestFollowLowersToReportedLevels(t *testing.T) {
 	s.Follow(solo, llmrate.Decision{Remaining: [4]int64{7, 700, 7, 700}})
 	assert.Equal(t, [4]int64{7, 700, 7, 700}, s.Levels("sk-s", "sk-s", kl, kl, t0))
 }
+
+// evictionCounter is an Observer that counts lossy evictions.
+type evictionCounter struct {
+	n sync.Mutex
+	c int
+}
+
+func (*evictionCounter) Decided(llmrate.DecisionEvent)     {}
+func (*evictionCounter) Reconciled(llmrate.ReconcileEvent) {}
+func (*evictionCounter) FailedOpen(llmrate.FailOpenEvent)  {}
+func (o *evictionCounter) Evicted()                        { o.n.Lock(); o.c++; o.n.Unlock() }
+
+// TestFollowedEntriesGoFirstAndUncounted: entries Follow set are copies of
+// what the shared store holds: at the bound they make room before any
+// entry the store spent on, in debt or not, and their going is no lossy
+// eviction (an alert on evictions stays quiet while the shared store
+// answers), so the store keeps its bound and the fallback's own spending.
+func TestFollowedEntriesGoFirstAndUncounted(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	const bound = 8_192 // 64 entries in each of the store's shards
+	s := llmrate.NewMemoryStore(llmrate.WithMaxKeys(bound))
+	o := &evictionCounter{}
+	defer s.NotifyEvictions(o)()
+	lim := llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 10_000} // capacity 2 requests
+	own := llmrate.AdmitRequest{Key: "sk-own", Workspace: "sk-own", KeyLimits: lim, WorkspaceLimits: lim, Solo: true, Tokens: 1, Now: t0}
+	for range 2 { // the store's own spending: sk-own empty
+		d, err := s.Admit(context.Background(), own)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	for i := range 4 * bound { // keys followed, each reported in debt
+		k := fmt.Sprintf("sk-%d", i)
+		s.Follow(llmrate.AdmitRequest{Key: k, Workspace: k, KeyLimits: lim, WorkspaceLimits: lim, Solo: true, Now: t0},
+			llmrate.Decision{Remaining: [4]int64{-1, 5_000, -1, 5_000}})
+	}
+	_, n := s.Len()
+	assert.LessOrEqual(t, n, bound, "followed debts do not hold the store beyond its bound")
+	assert.Equal(t, int64(0), s.OverBound())
+	assert.Equal(t, int64(0), s.Evictions())
+	o.n.Lock()
+	assert.Equal(t, 0, o.c, "no lossy eviction reported")
+	o.n.Unlock()
+	d, err := s.Admit(context.Background(), own)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the store's own spending stays: sk-own still empty")
+
+	// Spent on after Follow, an entry is the store's own again.
+	k := llmrate.AdmitRequest{Key: "sk-0b", Workspace: "sk-0b", KeyLimits: lim, WorkspaceLimits: lim, Solo: true, Tokens: 1, Now: t0}
+	s.Follow(k, llmrate.Decision{Remaining: [4]int64{1, 5_000, 1, 5_000}})
+	d, err = s.Admit(context.Background(), k)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	for i := range 4 * bound {
+		kk := fmt.Sprintf("sk-x%d", i)
+		s.Follow(llmrate.AdmitRequest{Key: kk, Workspace: kk, KeyLimits: lim, WorkspaceLimits: lim, Solo: true, Now: t0},
+			llmrate.Decision{Remaining: [4]int64{1, 5_000, 1, 5_000}})
+	}
+	d, err = s.Admit(context.Background(), k)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "its admission kept: 0 of 2 left")
+}
