@@ -811,3 +811,39 @@ func TestFallbackContinuesFromRedisLevels(t *testing.T) {
 		})
 	}
 }
+
+// TestFallbackFollowsLevelBesideLease: a lease renewal's levels are
+// Redis's before the lease it grants, and the process spends the lease
+// without Redis: the fallback follows what Redis holds beside the lease,
+// so that, Redis gone, the process admits no more than the key's capacity
+// (a frozen minute: nothing refills).
+func TestFallbackFollowsLevelBesideLease(t *testing.T) {
+	kl := llmrate.Limits{RequestsPerMinute: 40, TokensPerMinute: 4_000} // 80 requests
+	ws := llmrate.Limits{RequestsPerMinute: 10_000, TokensPerMinute: 1_000_000}
+	_, p, c := faultyRedis(t)
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithLeases(0.25))
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	req := func() llmrate.AdmitRequest {
+		return llmrate.AdmitRequest{Key: "sk-l", Workspace: "acme", KeyLimits: kl, WorkspaceLimits: ws,
+			Tokens: 10, Now: frozen(), ID: llmrate.NewAdmissionID()}
+	}
+	for range 22 { // one decided by Redis, one renewal granting a lease of 20, 20 on the lease
+		d, err := s.Admit(ctx, req())
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	require.Equal(t, 20, s.Leased())
+	p.setDown(true)
+	fb := 0
+	for range 100 {
+		d, err := s.Admit(ctx, req())
+		require.NoError(t, err)
+		require.Equal(t, "local", d.Receipt)
+		if d.Allowed {
+			fb++
+		}
+	}
+	assert.Equal(t, 80-22, fb, "the fallback admits what Redis still held, not the lease again")
+}

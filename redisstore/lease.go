@@ -387,7 +387,14 @@ func (s *Store) renew(ctx context.Context, g *group, kl *keyLease, k, w string, 
 	if err != nil {
 		return s.admitLocal(ctx, r, err)
 	}
-	s.follow(&r, &d)
+	// lease.lua's levels are before the lease it granted, which this
+	// process spends without Redis: the fallback follows what Redis holds
+	// beside it.
+	fd := d
+	for i, n := range granted {
+		fd.Remaining[i] -= n
+	}
+	s.follow(&r, &fd)
 	return d, nil
 }
 
