@@ -40,3 +40,7 @@ func (s *Store) Busy() (done func()) {
 	s.hedge.active.Add(1)
 	return func() { s.hedge.active.Add(-1) }
 }
+
+// WaitCharges waits for the goroutine sending the fallback's charges
+// (started by the last call Redis answered) to stop.
+func (s *Store) WaitCharges() { s.charges.wg.Wait() }

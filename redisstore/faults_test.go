@@ -342,9 +342,10 @@ func TestCancellationNeverCounted(t *testing.T) {
 
 // TestReconcileGoesToDecidingStore: with a local fallback, a reconcile goes
 // where its admission was decided, whatever the breaker did since: the
-// fallback's credit never reaches Redis, and a Redis debit made while
-// Redis is down fails (for the limiter to retry) rather than land in the
-// fallback.
+// fallback's credit never reaches Redis as a credit (Redis is charged the
+// fallback's admission with what it consumed, charges.go), and a Redis
+// debit made while Redis is down fails (for the limiter to retry) rather
+// than land in the fallback.
 func TestReconcileGoesToDecidingStore(t *testing.T) {
 	srv, p, c := faultyRedis(t)
 	prefix := redisrig.Prefix()
@@ -384,7 +385,9 @@ func TestReconcileGoesToDecidingStore(t *testing.T) {
 	require.NoError(t, s.Reconcile(ctx, credit))
 	assert.Equal(t, int64(20_000-15_000), redisLevel(), "Redis gained nothing from the fallback's credit")
 	require.NoError(t, s.Reconcile(ctx, debit), "retried once Redis is back")
-	assert.Equal(t, int64(20_000-40_000), redisLevel(), "Redis got its own debit")
+	s.WaitCharges() // Redis answered: the fallback's two admissions are charged
+	assert.Equal(t, int64(20_000-40_000-0-1), redisLevel(),
+		"Redis got its own debit, and the fallback's admissions as consumed: 0 tokens (credited to 0 before the charge) and 1")
 }
 
 // scriptCounter counts the scripts a client sends (EVALSHA or EVAL).
@@ -440,6 +443,7 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 		d, err := s.Admit(ctx, soloReq("sk-b", 1))
 		return err == nil && d.Receipt == ""
 	}, 5*time.Second, 10*time.Millisecond, "a probe succeeds and closes the breaker")
+	s.WaitCharges() // the fallback's admissions, charged to Redis (scripts too)
 	before = calls.n.Load()
 	for range 5 {
 		_, err := s.Admit(ctx, soloReq("sk-b", 1))
@@ -808,6 +812,131 @@ func TestFallbackContinuesFromRedisLevels(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "local", d.Receipt)
 			assert.True(t, d.Allowed, "a key Redis never decided for starts full in the fallback")
+		})
+	}
+}
+
+// TestFallbackAdmissionsChargedToRedis: what the local fallback admits
+// while Redis does not answer is charged to Redis once it answers again —
+// one request and the tokens consumed each, on every path — so that the
+// processes sharing the buckets do not also spend it: the admission's
+// usage folded into its charge when it came first, sent to Redis after it
+// otherwise.
+func TestFallbackAdmissionsChargedToRedis(t *testing.T) {
+	three := llmrate.Limits{RequestsPerMinute: 3, TokensPerMinute: 1_000} // capacity 6 requests, 2,000 tokens
+	gauged := three
+	gauged.ConcurrentRequests = 100
+	windowed := withWindows(three, llmrate.Window{Per: 24 * time.Hour, Requests: 1_000})
+	ws := llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: 100_000} // 2,000 requests, 200,000 tokens
+	paths := []struct {
+		name    string
+		opts    []redisstore.Option
+		lim     llmrate.Limits
+		reserve int64
+	}{
+		{"plain", []redisstore.Option{redisstore.WithBatching(1)}, three, 0},
+		{"batched", []redisstore.Option{redisstore.WithBatching(16)}, three, 0},
+		{"leased", []redisstore.Option{redisstore.WithLeases(0.25)}, three, 0},
+		{"gauged", []redisstore.Option{redisstore.WithBatching(1)}, gauged, 0},
+		{"windowed", []redisstore.Option{redisstore.WithBatching(1)}, windowed, 0},
+		{"reserved", []redisstore.Option{redisstore.WithBatching(1)}, three, 1},
+	}
+	for _, pt := range paths {
+		t.Run(pt.name, func(t *testing.T) {
+			srv, p, c := faultyRedis(t)
+			prefix := redisrig.Prefix()
+			opts := append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+				redisstore.WithTimeout(200 * time.Millisecond), redisstore.WithRetryInterval(0)}, pt.opts...)
+			s := redisrig.Store(t, c, opts...)
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+			ctx := context.Background()
+			req := func(key string, tokens int64) llmrate.AdmitRequest {
+				return llmrate.AdmitRequest{Key: key, Workspace: "acme", KeyLimits: pt.lim, WorkspaceLimits: ws,
+					Tokens: tokens, Reserve: pt.reserve, Now: frozen(), ID: llmrate.NewAdmissionID()}
+			}
+			rec := func(a llmrate.AdmitRequest, d llmrate.Decision, actual int64) llmrate.ReconcileRequest {
+				return llmrate.ReconcileRequest{Key: a.Key, Workspace: a.Workspace, KeyLimits: a.KeyLimits, WorkspaceLimits: a.WorkspaceLimits,
+					Estimate: a.Tokens, Actual: actual, Now: frozen(), ID: a.ID, Receipt: d.Receipt}
+			}
+
+			p.setDown(true)
+			a1, a2 := req("sk-a", 10), req("sk-a", 10)
+			d1, err := s.Admit(ctx, a1)
+			require.NoError(t, err)
+			d2, err2 := s.Admit(ctx, a2)
+			require.NoError(t, err2)
+			require.True(t, d1.Allowed && d2.Allowed, "the fallback admits a key it holds full")
+			require.Equal(t, "local", d1.Receipt)
+			require.NoError(t, s.Reconcile(ctx, rec(a1, d1, 30)), "a1's usage while Redis is down: into its charge")
+
+			p.setDown(false)
+			d, err := s.Admit(ctx, req("sk-b", 10))
+			require.NoError(t, err)
+			require.NotEqual(t, "local", d.Receipt, "Redis answers")
+			s.WaitCharges()
+			sent, lost := s.Charges()
+			assert.Equal(t, [2]int64{2, 0}, [2]int64{sent, lost}, "both fallback admissions charged")
+			require.NoError(t, s.Reconcile(ctx, rec(a2, d2, 4)), "a2's usage after its charge: to Redis as well")
+
+			probe := probeStore(t, redisrig.Client(t, srv.Addr), prefix)
+			pr := req("sk-a", 0)
+			pr.Reserve = 0
+			pd, err := probe.Admit(ctx, pr)
+			require.NoError(t, err)
+			require.True(t, pd.Allowed)
+			assert.Equal(t, int64(6-2-1), pd.Remaining[llmrate.KeyRequests], "Redis holds the fallback's 2 requests (and the probe's)")
+			assert.Equal(t, int64(2_000-30-4), pd.Remaining[llmrate.KeyTokens], "Redis holds what they consumed: 30 and 4")
+			if pt.name != "leased" { // sk-b's lease is out of the workspace's levels
+				assert.Equal(t, int64(2_000-2-1-1), pd.Remaining[llmrate.WorkspaceRequests])
+				assert.Equal(t, int64(200_000-30-4-10), pd.Remaining[llmrate.WorkspaceTokens])
+			}
+			if pt.name == "windowed" {
+				require.Len(t, pd.KeyWindows, 1)
+				assert.Equal(t, int64(1_000-2-1), pd.KeyWindows[0].Requests, "the day's window holds them too")
+			}
+		})
+	}
+}
+
+// TestFallbackChargeSkipsWhatRedisDecided: an admission whose every reply
+// was lost while Redis ran it is decided by the fallback, and Redis has
+// debited it already (its identity record says so): it is not charged
+// again, and its reconcile goes to Redis.
+func TestFallbackChargeSkipsWhatRedisDecided(t *testing.T) {
+	three := llmrate.Limits{RequestsPerMinute: 3, TokensPerMinute: 1_000}
+	for _, lim := range []llmrate.Limits{three, withWindows(three, llmrate.Window{Per: 24 * time.Hour, Requests: 1_000})} {
+		t.Run(fmt.Sprintf("windows=%d", len(lim.Windows)), func(t *testing.T) {
+			srv, p, c := faultyRedis(t)
+			prefix := redisrig.Prefix()
+			s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+				redisstore.WithTimeout(100*time.Millisecond), redisstore.WithBatching(1))
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+			ctx := context.Background()
+			req := func(key string, tokens int64) llmrate.AdmitRequest {
+				return llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: lim, WorkspaceLimits: lim, Solo: true,
+					Tokens: tokens, Now: frozen(), ID: llmrate.NewAdmissionID()}
+			}
+			p.hang.Store(true) // Redis runs the calls; no reply comes back
+			a := req("sk-a", 100)
+			d, err := s.Admit(ctx, a)
+			require.NoError(t, err)
+			require.Equal(t, "local", d.Receipt, "no reply: the fallback decides")
+			require.True(t, d.Allowed)
+			p.hang.Store(false)
+			p.closeAll()
+			_, err = s.Admit(ctx, req("sk-b", 1))
+			require.NoError(t, err)
+			s.WaitCharges()
+			sent, _ := s.Charges()
+			assert.Equal(t, int64(1), sent, "found decided in Redis")
+			require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: "sk-a", Workspace: "sk-a", KeyLimits: lim, WorkspaceLimits: lim, Solo: true,
+				Estimate: 100, Actual: 40, Now: frozen(), ID: a.ID, Receipt: d.Receipt}))
+
+			probe := probeStore(t, redisrig.Client(t, srv.Addr), prefix)
+			pd, err := probe.Admit(ctx, req("sk-a", 0))
+			require.NoError(t, err)
+			assert.Equal(t, int64(6-1-1), pd.Remaining[llmrate.WorkspaceRequests], "debited once, by Redis's own decision (and the probe)")
+			assert.Equal(t, int64(2_000-40), pd.Remaining[llmrate.WorkspaceTokens], "its usage reconciled in Redis")
 		})
 	}
 }

@@ -241,10 +241,10 @@ func (s *Store) reconcileGauged(ctx context.Context, r llmrate.ReconcileRequest)
 		if _, err := s.run(ctx, releaseOnlyScript, []string{kg, wg}, []any{r.ID}, true); err != nil {
 			return err
 		}
-		return s.reconcileLeased(ctx, r)
+		return s.reconcileLeased(ctx, r, false)
 	}
 	keys := []string{k, w, kg, wg, idKey(w, 'r', r.ID)}
-	args := append(reconcileArgs(s.nowArg(), r), r.ID)
+	args := append(reconcileArgs(s.nowArg(), r, false), r.ID)
 	_, err := s.run(ctx, reconcileGaugedScript, keys, args, true)
 	return err
 }

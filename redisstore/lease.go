@@ -453,7 +453,7 @@ func (s *Store) runLease(ctx context.Context, c leaseCall) (llmrate.Decision, [4
 // A refund, and a repeat of a reconcile sent to Redis before (Redis alone
 // knows whether it was applied), always go to Redis; a repeat of one a
 // lease absorbed is not applied again.
-func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest) error {
+func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest, charge bool) error {
 	k, w := s.ModelKeys(r.Key, r.Workspace, r.Model)
 	var wown, kown string
 	var ret [4]int64
@@ -462,6 +462,9 @@ func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest)
 	g := lz.held[w]
 	lz.mu.Unlock()
 	seen, absorbed := s.seenBefore(r.ID)
+	if charge {
+		seen, absorbed = true, false // a charge goes to Redis, under its own identity
+	}
 	if absorbed {
 		return nil // applied once already, to this process's leases
 	}
@@ -516,10 +519,12 @@ func (s *Store) reconcileLeased(ctx context.Context, r llmrate.ReconcileRequest)
 	}
 	keys := []string{k, w, k + ":l", w + ":l"}
 	if r.ID != "" {
-		keys = append(keys, idKey(w, 'r', r.ID))
+		keys = append(keys, idKey(w, reconcileKind(charge), r.ID))
 	}
-	args := append(reconcileArgs(s.nowArg(), r), wown, ret[0], ret[1], ret[2], ret[3], kown)
-	s.noteSeen(r.ID, false) // a repeat goes to Redis, applied or not
+	args := append(reconcileArgs(s.nowArg(), r, charge), wown, ret[0], ret[1], ret[2], ret[3], kown)
+	if !charge {
+		s.noteSeen(r.ID, false) // a repeat goes to Redis, applied or not
+	}
 	_, err := s.run(ctx, leaseReconcileScript, keys, args, r.ID != "")
 	return err
 }
@@ -601,12 +606,15 @@ func (s *Store) returnLeases(ctx context.Context, idleSince time.Time) error {
 // Close stops the refresher of this process's concurrency slots (see
 // WithSlotTTL: slots still held then expire a slot life after their last
 // refresh, unless their reconciles release them first) and the lease
-// returner, waits for the lease renewals in flight and returns every lease
-// to Redis. It is safe to call more than once. The store still answers
-// after Close, without leases and without refreshing slots. It does not close the Redis client, which the
-// caller owns.
+// returner, sends the local fallback's pending charges to Redis until ctx
+// is done (Charges counts those left as lost), waits for the lease renewals
+// in flight and returns every lease to Redis. It is safe to call more than
+// once. The store still answers after Close, without leases, without
+// refreshing slots and without charging the fallback's admissions to
+// Redis. It does not close the Redis client, which the caller owns.
 func (s *Store) Close(ctx context.Context) error {
 	s.closeGauges()
+	s.closeCharges(ctx) // charges.go
 	lz := s.leases
 	if lz == nil {
 		return nil

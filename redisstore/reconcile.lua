@@ -6,7 +6,8 @@
 -- ARGV: now_us, estimate, key actual, ws actual (each already bounded at
 -- 2x its bucket's capacity), key rpm, key tpm, ws rpm, ws tpm, solo (as in
 -- admit.lua), refund ("1": credit one request and the estimate back,
--- actuals ignored), the record's life in ms.
+-- actuals ignored; "c": a fallback admission's charge, reconcileargs.lua),
+-- the record's life in ms.
 -- Returns 1 when applied, 0 when already applied under its identity.
 if RID and not redis.call("SET", RID, "1", "NX", "PX", ARGV[11]) then return 0 end
 -- A reconcile's arguments (reconcile.lua's ARGV[1..10]).
@@ -15,11 +16,19 @@ local est = tonumber(ARGV[2])
 local ka, wa = tonumber(ARGV[3]), tonumber(ARGV[4])
 local krr, ktr, wrr, wtr = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local refund = ARGV[10] == "1"
+-- charge ("c"): the charge of an admission the local fallback decided while
+-- Redis did not answer (charges.go): one request more is debited from each
+-- per-minute requests bucket, the estimate (ARGV[2]) is 0 and the actuals
+-- are the whole charge.
+local charge = ARGV[10] == "c"
 local function adjust(e, actual, rcap, tcap)
   if refund then
     e[2] = e[2] + 1
     if e[2] >= rcap then e[2], e[3] = rcap, 0 end
     actual = 0
+  elseif charge then
+    e[2] = e[2] - 1
+    if e[2] < -2 * rcap then e[2] = -2 * rcap end
   end
   local l = e[4] - (actual - est)
   if actual > est and l < -2 * tcap then l = -2 * tcap end

@@ -31,6 +31,11 @@ local est = tonumber(ARGV[2])
 local ka, wa = tonumber(ARGV[3]), tonumber(ARGV[4])
 local krr, ktr, wrr, wtr = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local refund = ARGV[10] == "1"
+-- charge ("c"): the charge of an admission the local fallback decided while
+-- Redis did not answer (charges.go): one request more is debited from each
+-- per-minute requests bucket, the estimate (ARGV[2]) is 0 and the actuals
+-- are the whole charge.
+local charge = ARGV[10] == "c"
 -- adjust applies a reconcile to entry e with leases out: a credit stops
 -- at the capacity less what is out on lease (leased, rleased: 0 without
 -- leases).
@@ -39,6 +44,9 @@ local function adjust(e, actual, cap, leased, rcap, rleased)
     e[2] = e[2] + 1
     if e[2] >= rcap - rleased then e[2], e[3] = rcap - rleased, 0 end
     actual = 0
+  elseif charge then
+    e[2] = e[2] - 1
+    if e[2] < -2 * rcap then e[2] = -2 * rcap end
   end
   local l = e[4] - (actual - est)
   if actual > est and l < -2 * cap then l = -2 * cap end

@@ -375,6 +375,8 @@ type Store struct {
 	// it was applied, never to a lease).
 	seen  sync.Map // ID -> seenReconcile
 	seenN atomic.Int64
+
+	charges chargeBook // the fallback's admissions to charge to Redis (charges.go)
 }
 
 // breakAfter is how many failed calls in a row open the breaker: one slow
@@ -778,6 +780,7 @@ func (s *Store) failedSince(err error, sent time.Time) error {
 }
 
 func (s *Store) succeeded() {
+	s.kickCharges()
 	if s.consecutive.Load() != 0 {
 		s.consecutive.Store(0)
 	}
@@ -976,6 +979,9 @@ func (s *Store) admitLocal(ctx context.Context, r llmrate.AdmitRequest, err erro
 	}
 	d, ferr := s.fallback.Admit(ctx, r)
 	d.Receipt = receiptLocal
+	if ferr == nil && d.Allowed {
+		s.noteCharge(r) // charged to Redis when it answers (charges.go)
+	}
 	return d, ferr
 }
 
@@ -992,7 +998,8 @@ func (s *Store) follow(r *llmrate.AdmitRequest, d *llmrate.Decision) {
 }
 
 // idKey is the name of the identity record of an admission (kind 'a'; 'x'
-// for a windowed one, window.go) or a reconcile (kind 'r') with identity
+// for a windowed one, window.go), a reconcile (kind 'r') or a fallback
+// admission's charge (kind 'c', charges.go) with identity
 // id, next to its workspace entry w (same hash slot).
 func idKey(w string, kind byte, id string) string {
 	return w + ":" + string(kind) + ":" + id
@@ -1009,9 +1016,20 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 		if s.fallback == nil {
 			return errNoFbk
 		}
-		return s.fallback.Reconcile(ctx, r)
+		if err := s.fallback.Reconcile(ctx, r); err != nil {
+			return err
+		}
+		return s.chargeReconcile(ctx, r) // charges.go
 	}
-	release := r.ID != "" && (r.Receipt == receiptGauged || gauged(r.KeyLimits, r.WorkspaceLimits))
+	return s.reconcileRedis(ctx, r, false)
+}
+
+// reconcileRedis applies r in Redis; with charge set, r is a fallback
+// admission's charge (charges.go: its Estimate 0, its actuals the whole
+// charge, one request more debited), under an identity record of its own
+// (kind 'c'), so that the admission's reconcile can still follow it.
+func (s *Store) reconcileRedis(ctx context.Context, r llmrate.ReconcileRequest, charge bool) error {
+	release := !charge && r.ID != "" && (r.Receipt == receiptGauged || gauged(r.KeyLimits, r.WorkspaceLimits))
 	if release {
 		// This process stops refreshing the slots at the first attempt,
 		// applied or not: if no attempt lands, they expire a slot life
@@ -1024,20 +1042,29 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 	var err error
 	switch {
 	case windowed(r.KeyLimits, r.WorkspaceLimits):
-		err = s.reconcileW(ctx, r, release) // window.go
+		err = s.reconcileW(ctx, r, release, charge) // window.go
 	case release:
 		err = s.reconcileGauged(ctx, r)
 	case s.leases != nil:
-		err = s.reconcileLeased(ctx, r)
+		err = s.reconcileLeased(ctx, r, charge)
 	default:
 		k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 		keys := []string{k, w}
 		if r.ID != "" {
-			keys = append(keys, idKey(w, 'r', r.ID))
+			keys = append(keys, idKey(w, reconcileKind(charge), r.ID))
 		}
-		_, err = s.run(ctx, reconcileScript, keys, reconcileArgs(s.nowArg(), r), r.ID != "")
+		_, err = s.run(ctx, reconcileScript, keys, reconcileArgs(s.nowArg(), r, charge), r.ID != "")
 	}
 	return err
+}
+
+// reconcileKind is the kind of a reconcile's identity record: 'r', or 'c'
+// for a fallback admission's charge.
+func reconcileKind(charge bool) byte {
+	if charge {
+		return 'c'
+	}
+	return 'r'
 }
 
 // seenReconcile is what this process did with a reconcile's identity.
@@ -1077,13 +1104,18 @@ func (s *Store) seenBefore(id string) (seen, absorbed bool) {
 	return true, v.(seenReconcile).absorbed
 }
 
-// reconcileArgs are reconcile.lua's arguments.
-func reconcileArgs(now string, r llmrate.ReconcileRequest) []any {
+// reconcileArgs are reconcile.lua's arguments (a charge's, reconcileargs.lua,
+// when charge is set).
+func reconcileArgs(now string, r llmrate.ReconcileRequest, charge bool) []any {
+	mode := soloArg(r.Refund)
+	if charge {
+		mode = "c"
+	}
 	return []any{now, r.Estimate,
 		r.BoundedActual(llmrate.KeyTokens), r.BoundedActual(llmrate.WorkspaceTokens),
 		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
 		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo),
-		soloArg(r.Refund), reconcileIDLife.Milliseconds()}
+		mode, reconcileIDLife.Milliseconds()}
 }
 
 // admitArg is one admission as admit_one (admitone.lua) reads it: six

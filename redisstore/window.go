@@ -240,7 +240,7 @@ func setLevel(l *llmrate.WindowLevels, meter int, v int64) {
 // the per-minute charge, each window bucket's (ReconcileRequest
 // WindowDelta) and, when release is set, the release of the admission's
 // slots, in one call, applied at most once.
-func (s *Store) reconcileW(ctx context.Context, r llmrate.ReconcileRequest, release bool) error {
+func (s *Store) reconcileW(ctx context.Context, r llmrate.ReconcileRequest, release, charge bool) error {
 	k, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 	kg, wg := gaugeNames(k, w)
 	bs := windowBuckets(k, w, r.KeyLimits, r.WorkspaceLimits, r.Solo)
@@ -254,6 +254,9 @@ func (s *Store) reconcileW(ctx context.Context, r llmrate.ReconcileRequest, rele
 	spec := make([]byte, 0, 24*len(bs))
 	for _, b := range bs {
 		d := r.WindowDelta(b.code, b.win)
+		if charge && (b.code == llmrate.KeyRequests || b.code == llmrate.WorkspaceRequests) {
+			d = 1 // a fallback admission's charge: its request (charges.go)
+		}
 		if d == 0 {
 			continue // a requests meter (never reconciled), or nothing to charge: the bucket is left as it is
 		}
@@ -261,9 +264,9 @@ func (s *Store) reconcileW(ctx context.Context, r llmrate.ReconcileRequest, rele
 		spec = appendFloats(spec, float64(b.win.Figure(b.code)), float64(b.win.Per.Microseconds()), float64(d))
 	}
 	if r.ID != "" {
-		keys = append(keys, idKey(w, 'r', r.ID))
+		keys = append(keys, idKey(w, reconcileKind(charge), r.ID))
 	}
-	args := append(reconcileArgs(s.nowArg(), r), r.ID, soloArg(release), string(spec))
+	args := append(reconcileArgs(s.nowArg(), r, charge), r.ID, soloArg(release), string(spec))
 	if s.leases != nil {
 		own, ret, done := s.leasesBack(k, w, r)
 		defer done()

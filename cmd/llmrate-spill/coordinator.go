@@ -163,6 +163,7 @@ type row struct {
 	TokRecFallback, TokRecFailed            int64 // credits (estimate − usage) not applied to the shared store
 	FailOpenReconcile, RedisErrors, Other   int64
 	Hedges, Resends                         int64
+	ChargesSent, ChargesLost                int64 // the fallback's admissions charged to Redis, and not
 	CloseErrors                             []string
 	Proxy                                   faultproxy.Stats `json:"proxy"`
 	Workers                                 []workerResult   `json:"workers"`
@@ -458,6 +459,8 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 		r.RedisErrors += w.RedisErrors
 		r.Hedges += w.Hedges
 		r.Resends += w.Resends
+		r.ChargesSent += w.ChargesSent
+		r.ChargesLost += w.ChargesLost
 		deltaShared += w.DeltaShared
 		unexplained += w.Unexplained
 		if w.CloseError != "" {

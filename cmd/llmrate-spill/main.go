@@ -209,12 +209,12 @@ func printTables(out io.Writer, rows []row) {
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "beyond exact: admitted − exact when positive; in brackets, how far below exact otherwise.")
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "| scenario | mode | elapsed | requests | refused | Redis allowed | lease | fallback allowed / refused | failed open | reconciles Redis / fallback / failed | Redis errors | hedges / resends | proxy: conns, dropped, silenced, held, resets | unattributed |")
-	fmt.Fprintln(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(out, "| scenario | mode | elapsed | requests | refused | Redis allowed | lease | fallback allowed / refused | fallback charged / lost | failed open | reconciles Redis / fallback / failed | Redis errors | hedges / resends | proxy: conns, dropped, silenced, held, resets | unattributed |")
+	fmt.Fprintln(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, r := range rows {
-		fmt.Fprintf(out, "| %s | %s | %v | %s | %s | %s | %s | %s / %s | %s | %s / %s / %s | %s | %s / %s | %d, %d, %d, %d, %d | %d |\n",
+		fmt.Fprintf(out, "| %s | %s | %v | %s | %s | %s | %s | %s / %s | %s / %s | %s | %s / %s / %s | %s | %s / %s | %d, %d, %d, %d, %d | %d |\n",
 			r.Scenario, r.Mode, r.Elapsed.Round(time.Millisecond), num(r.Requests), num(r.Refused), num(r.RedisAllowed), num(r.LeaseLocal),
-			num(r.FallbackAllowed), num(r.FallbackRefused), num(r.FailOpenAdmit),
+			num(r.FallbackAllowed), num(r.FallbackRefused), num(r.ChargesSent), num(r.ChargesLost), num(r.FailOpenAdmit),
 			num(r.RecShared), num(r.RecFallback), num(r.RecFailed), num(r.RedisErrors), num(r.Hedges), num(r.Resends),
 			r.Proxy.Conns, r.Proxy.Dropped, r.Proxy.Silenced, r.Proxy.Spiked, r.Proxy.ResetRequest+r.Proxy.ResetReply+r.Proxy.Killed, r.Unattributed)
 	}

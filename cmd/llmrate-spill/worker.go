@@ -84,6 +84,8 @@ type workerResult struct {
 	RedisErrors       int64 `json:"redis_errors"` // redisstore's Errors()
 	Hedges            int64 `json:"hedges"`       // redisstore's Hedges()
 	Resends           int64 `json:"resends"`      // redisstore's Resends()
+	ChargesSent       int64 `json:"charges_sent"` // redisstore's Charges(), after Close
+	ChargesLost       int64 `json:"charges_lost"`
 
 	// Reconciles the limiter sent to the store, by where they landed, and
 	// their token deltas (actual − estimate: ≤ 0 here).
@@ -346,6 +348,7 @@ func (w *worker) finish() workerResult {
 		p.mu.Unlock()
 		r.RedisErrors = w.store.Errors() - w.errorsBefore
 		r.Hedges, r.Resends = w.store.Hedges()-w.hedgesBefore, w.store.Resends()-w.resendsBefore
+		r.ChargesSent, r.ChargesLost = w.store.Charges()
 	}
 	return r
 }

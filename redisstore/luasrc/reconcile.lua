@@ -5,7 +5,8 @@
 -- ARGV: now_us, estimate, key actual, ws actual (each already bounded at
 -- 2x its bucket's capacity), key rpm, key tpm, ws rpm, ws tpm, solo (as in
 -- admit.lua), refund ("1": credit one request and the estimate back,
--- actuals ignored), the record's life in ms.
+-- actuals ignored; "c": a fallback admission's charge, reconcileargs.lua),
+-- the record's life in ms.
 -- Returns 1 when applied, 0 when already applied under its identity.
 if RID and not redis.call("SET", RID, "1", "NX", "PX", ARGV[11]) then return 0 end
 --#include reconcileargs.lua
@@ -14,6 +15,9 @@ local function adjust(e, actual, rcap, tcap)
     e[2] = e[2] + 1
     if e[2] >= rcap then e[2], e[3] = rcap, 0 end
     actual = 0
+  elseif charge then
+    e[2] = e[2] - 1
+    if e[2] < -2 * rcap then e[2] = -2 * rcap end
   end
   local l = e[4] - (actual - est)
   if actual > est and l < -2 * tcap then l = -2 * tcap end

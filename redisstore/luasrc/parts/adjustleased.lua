@@ -6,6 +6,9 @@ local function adjust(e, actual, cap, leased, rcap, rleased)
     e[2] = e[2] + 1
     if e[2] >= rcap - rleased then e[2], e[3] = rcap - rleased, 0 end
     actual = 0
+  elseif charge then
+    e[2] = e[2] - 1
+    if e[2] < -2 * rcap then e[2] = -2 * rcap end
   end
   local l = e[4] - (actual - est)
   if actual > est and l < -2 * cap then l = -2 * cap end
