@@ -492,14 +492,27 @@ func WithRetryInterval(d time.Duration) Option {
 // unreachable, instead of returning the error (which makes the limiter fail
 // open and pass everything). Limits are then per process until Redis is
 // back. The fallback follows Redis: each decision Redis makes on an
-// admission lowers the fallback's buckets for that key to the levels Redis
-// reported (llmrate.MemoryStore.Follow), so a call that fails is decided
-// from what Redis last said, refilled since, not from full buckets; a key
-// Redis never decided for starts full. The fallback so tracks each key
-// Redis decides for, up to its WithMaxKeys bound (least recently used
-// forgotten beyond it). The fallback's lossy evictions reach the observers of the limiters
-// using the store (NotifyEvictions). An invalid memory option makes New
-// fail.
+// admission lowers the fallback's per-minute buckets for that key to the
+// levels Redis reported (llmrate.MemoryStore.Follow), so a call that fails
+// is decided from what Redis last said, refilled since, not from full
+// buckets; a key Redis never decided for starts full, and windows
+// (llmrate.Limits.Windows) and concurrency limits are not followed (the
+// fallback holds its own). The fallback so tracks each key Redis decides
+// for, up to its WithMaxKeys bound; those copies make room first, and
+// their going is no eviction. The fallback's lossy evictions (of what it
+// spent itself) reach the observers of the limiters using the store
+// (NotifyEvictions).
+//
+// Each admission the fallback allows is charged to Redis once Redis
+// answers again, in the background: one request and the tokens it
+// consumed (its reconcile folded in when it came first), in every
+// per-minute bucket and window it spends, debited whatever the levels (a
+// bucket may go into debt), so that the processes sharing the buckets do
+// not spend it too; its reconcile then goes to Redis as well. One Redis
+// had allowed itself, its reply lost, is found by its identity record and
+// not charged twice (within 5 s; a charge sent later is charged whatever
+// Redis did). Admissions without an ID are not charged. See Charges. An
+// invalid memory option makes New fail.
 func WithFallbackLocal(opts ...llmrate.MemoryOption) Option {
 	return optionFunc(func(c *config) { c.fallback, c.fallbackSet = llmrate.NewMemoryStore(opts...), true })
 }
