@@ -33,14 +33,6 @@ func (s *Store) AdmitTogether(rs []llmrate.AdmitRequest) ([]llmrate.Decision, []
 	return ds, errs
 }
 
-// Busy counts one more hedgeable call in flight until the returned func
-// is called: the store's calls then take the concurrent path (a goroutine
-// per attempt, hedges on a timer), not the lone call's inline attempt.
-func (s *Store) Busy() (done func()) {
-	s.hedge.active.Add(1)
-	return func() { s.hedge.active.Add(-1) }
-}
-
 // WaitCharges waits for the goroutine sending the fallback's charges
 // (started by the last call Redis answered) to stop.
 func (s *Store) WaitCharges() { s.charges.wg.Wait() }

@@ -69,7 +69,6 @@ type hedger struct {
 	calls    atomic.Int64 // hedgeable calls made
 	spent    atomic.Int64 // hedges sent in the current window of calls
 	inFlight atomic.Int64 // hedges in flight
-	active   atomic.Int64 // hedgeable calls in flight (inline: alone)
 	learning atomic.Bool  // a window's end is being processed
 	answered atomic.Int64 // when an attempt was last answered (mono ns, to within hedgeAnsweredGrain; 0: never)
 	hist     [latBuckets]atomic.Int64
@@ -205,10 +204,8 @@ type attemptResult struct {
 func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
 	h := &s.hedge
 	h.called()
-	lone := h.active.Add(1) == 1
-	defer h.active.Add(-1)
 	hedges := 0
-	if lone && s.direct && !s.open.Load() && s.live() {
+	if s.direct && !s.open.Load() && s.live() {
 		v, err, done := s.inline(ctx, script, keys, args)
 		if done {
 			return v, err
@@ -279,29 +276,30 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 	}
 }
 
-// inlineFactor is how many hedge delays a lone call's first attempt waits
-// for its reply on the caller's goroutine (inline) before it is sent
-// again: more than one, since a reply later than that costs its
-// connection, not only a hedge.
+// inlineFactor is how many hedge delays a call's first attempt waits for
+// its reply on the caller's goroutine (inline) before it is sent again:
+// more than one, since a reply later than that costs its connection, not
+// only a hedge.
 const inlineFactor = 4
 
-// inline runs the first attempt of a lone call (no other hedgeable call of
-// this store in flight) on the caller's goroutine, with no goroutine,
-// channel or timer of its own: at one call at a time, handing each reply
-// from an attempt's goroutine to the caller cost about a fifth of the
-// throughput (the wake-ups, on a machine whose cores Redis and the
-// gateway share). Its reply is awaited for inlineFactor hedge delays, at
-// most half the time the call has (go-redis, with ContextTimeoutEnabled,
-// bounds the read by the attempt's deadline and then closes the
-// connection, so a late reply is discarded with it); done is false when
-// that passed with no reply and time is left for hedged to send the call
-// again, with its identity, as a hedge would (err is then the attempt's
-// timeout), or when the call has too little time for an attempt inline
-// (err is nil: none was made, and hedged makes the first). A lone call's latency is its
-// own round trip, so a reply later than that is rare on a quiet network;
-// and the connection closed is one Redis would not have answered on
-// (silent) or answered late. Under concurrency (another call in flight)
-// the calls take hedged's path, which keeps a late reply's connection.
+// inline runs a call's first attempt on the caller's goroutine, with no
+// goroutine, channel or timer of its own: handing each reply from an
+// attempt's goroutine to the caller cost about a fifth of the throughput
+// at one call at a time (the wake-ups, on a machine whose cores Redis and
+// the gateway share), and at 64 calls at once doubled the 99th percentile
+// of an admission through the middleware (BENCHMARKS.md, "Every first
+// attempt inline"). Its reply is awaited for inlineFactor hedge delays
+// (four times the 99th percentile of recent answers), at most half the
+// time the call has (go-redis, with ContextTimeoutEnabled, bounds the read
+// by the attempt's deadline and then closes the connection, so a late
+// reply is discarded with it); done is false when that passed with no
+// reply and time is left for hedged to send the call again, with its
+// identity, as a hedge would (err is then the attempt's timeout), or when
+// the call has too little time for an attempt inline (err is nil: none
+// was made, and hedged makes the first). A reply four times later than
+// the 99th percentile is rare on a quiet network (under 0.1% of calls in
+// the benchmark), and the connection closed is one Redis would not have
+// answered on (silent) or answered late.
 func (s *Store) inline(ctx context.Context, script *redis.Script, keys []string, args []any) (v any, err error, done bool) {
 	left := timeLeft(ctx)
 	d := min(inlineFactor*s.hedge.delayFor(ctx, s.timeout), left/2)

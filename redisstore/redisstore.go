@@ -222,21 +222,21 @@
 // queues for a turn, behind the silent connection or any other. On a
 // client without ContextTimeoutEnabled a hedge takes one of the 256
 // guarded slots (see Context) only while half of them are free.
-// A lone call (no other call of this store that may hedge in flight, on a
-// client with ContextTimeoutEnabled) makes its first attempt on the
-// caller's goroutine, without a goroutine, channel or timer of its own
-// (handing a reply across goroutines cost about a fifth of the throughput
-// of one caller): it waits four hedge delays for its reply, at most half
-// the time the call has, and past that its connection is closed (go-redis
-// closes a connection whose read deadline passed, its late reply with it)
-// and the call is sent again, on a hedge's terms (not while the breaker
-// is open, nor when Redis is not taken to be answering, as for a hedge: the call
-// then fails at once), which counts as its first hedge; it is not drawn
-// from the hedges' budget below, since it replaces an attempt that has
-// ended (a lone call has one at most). With other
-// calls in flight each attempt runs on a goroutine of its own, and reads
-// until its call's deadline plus WithTimeout: one that lost the race keeps its connection
-// when its answer comes a little late (go-redis closes a connection whose
+// On a client with ContextTimeoutEnabled, a call makes its first attempt
+// on the caller's goroutine, without a goroutine, channel or timer of its
+// own (handing a reply across goroutines cost about a fifth of the
+// throughput of one caller, and at 64 callers doubled the tail): it waits
+// four hedge delays for its reply, at most half the time the call has,
+// and past that its connection is closed (go-redis closes a connection
+// whose read deadline passed, its late reply with it) and the call is sent
+// again, on a hedge's terms (not while the breaker is open, nor when Redis
+// is not taken to be answering, as for a hedge: the call then fails at
+// once), which counts as its first hedge; it is not drawn from the
+// hedges' budget below, since it replaces an attempt that has ended.
+// From then on (and on other clients from the first attempt) each attempt
+// runs on a goroutine of its own, and reads until its call's deadline plus
+// WithTimeout: one that lost the race keeps its connection when its answer
+// comes a little late (go-redis closes a connection whose
 // deadline passed), and a silent connection is closed then. A hedge of an
 // admission Redis refused the first time may be admitted when it runs:
 // if the refusal's answer came first, that debit is spent on nothing

@@ -154,46 +154,34 @@ func TestSilentGaugedAdmissionAndRelease(t *testing.T) {
 // TestLateReplyDiscarded: an admission whose reply comes late (held after
 // Redis ran it, past the hedge delay) is decided by its hedge; the late
 // answer, when it comes, is discarded, and the bucket was debited once.
-// Alone, the call's first attempt is made on the caller's goroutine and
-// gives up on its reply after a few hedge delays (its connection closed
-// with it, as go-redis does at a read deadline), then is sent again; with
-// another call in flight, the hedge goes out beside the held attempt.
+// The call's first attempt is made on the caller's goroutine and gives up
+// on its reply after a few hedge delays (its connection closed with it, as
+// go-redis does at a read deadline), then is sent again.
 func TestLateReplyDiscarded(t *testing.T) {
 	_, c0 := redisrig.Start(t)
-	for _, busy := range []bool{false, true} {
-		name := "lone"
-		if busy {
-			name = "concurrent"
-		}
-		t.Run(name, func(t *testing.T) {
-			c := redisrig.ContextClient(t, c0.Options().Addr)
-			hold := newHoldReplyHook()
-			hold.untilDeadline = true
-			c.AddHook(hold)
-			prefix := redisrig.Prefix()
-			s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal())
-			ctx := context.Background()
-			d, err := s.Admit(ctx, soloReq("sk-late", 100))
-			require.NoError(t, err)
-			require.True(t, d.Allowed)
-			if busy {
-				defer s.Busy()()
-			}
-			hold.armed.Store(true)
-			d, err = s.Admit(ctx, soloReq("sk-late", 100))
-			require.NoError(t, err)
-			require.True(t, d.Allowed)
-			assert.Empty(t, d.Receipt, "decided by Redis")
-			<-hold.held // the first attempt ran in Redis and its reply is held
-			assert.Equal(t, int64(1), s.Hedges())
-			close(hold.release) // the late answer comes now (if still awaited), to no one
-			probe := probeStore(t, c, prefix)
-			d, err = probe.Admit(ctx, soloReq("sk-late", 100))
-			require.NoError(t, err)
-			assert.Equal(t, int64(20_000-300), d.Remaining[llmrate.WorkspaceTokens], "debited once")
-			assert.Zero(t, s.Errors())
-		})
-	}
+	c := redisrig.ContextClient(t, c0.Options().Addr)
+	hold := newHoldReplyHook()
+	hold.untilDeadline = true
+	c.AddHook(hold)
+	prefix := redisrig.Prefix()
+	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal())
+	ctx := context.Background()
+	d, err := s.Admit(ctx, soloReq("sk-late", 100))
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	hold.armed.Store(true)
+	d, err = s.Admit(ctx, soloReq("sk-late", 100))
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Empty(t, d.Receipt, "decided by Redis")
+	<-hold.held // the first attempt ran in Redis and its reply is held
+	assert.Equal(t, int64(1), s.Hedges())
+	close(hold.release) // the late answer comes now (if still awaited), to no one
+	probe := probeStore(t, c, prefix)
+	d, err = probe.Admit(ctx, soloReq("sk-late", 100))
+	require.NoError(t, err)
+	assert.Equal(t, int64(20_000-300), d.Remaining[llmrate.WorkspaceTokens], "debited once")
+	assert.Zero(t, s.Errors())
 }
 
 // TestNoHedgeWhileBreakerOpen: while the breaker is open, the probe that
@@ -269,7 +257,7 @@ func TestOneStallDoesNotOpenTheBreaker(t *testing.T) {
 
 // nearDeadline is a caller's context whose deadline is always left from
 // now and that never ends: every call under it has too little time for a
-// lone call's first attempt to be awaited on the caller's goroutine and
+// call's first attempt to be awaited on the caller's goroutine and
 // sent again (a deadline within about a millisecond, or a WithTimeout that
 // short), deterministically, on any machine.
 type nearDeadline struct {
@@ -280,7 +268,7 @@ type nearDeadline struct {
 func (c nearDeadline) Deadline() (time.Time, bool) { return time.Now().Add(c.left), true }
 
 // TestHedgesCountOnlyCallsSentAgain: Hedges counts calls sent again, so
-// it equals the scripts Redis ran beyond one per call. A lone call with
+// it equals the scripts Redis ran beyond one per call. A call with
 // too little time left for its first attempt to be made on the caller's
 // goroutine sends that attempt from a goroutine, once: no hedge is counted
 // for it.
