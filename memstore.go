@@ -1058,14 +1058,21 @@ func (s *MemoryStore) Follow(r AdmitRequest, d Decision) {
 }
 
 // lower sets each of e's buckets above the level given for it (requests,
-// tokens) to that level, floored at the debt floor, settles e and marks it
-// followed: until this store spends on it, it may be dropped for room, in
-// debt or not, without loss (makeRoom).
+// tokens) to that level, floored at the debt floor, and settles e. It
+// marks e followed when e then holds what was reported, or was followed
+// already: until this store spends on it, it may be dropped for room, in
+// debt or not, without loss (makeRoom). An entry below what was reported
+// holds spending of this store's own that the shared store has not seen
+// (yet): it is not marked.
 func (e *entry) lower(req, tok int64, lim *Limits) {
-	e.req.lower(req, 2*lim.RequestsPerMinute)
-	e.tok.lower(tok, 2*lim.TokensPerMinute)
+	rc, tc := 2*lim.RequestsPerMinute, 2*lim.TokensPerMinute
+	copyOf := e.mark.followed() || e.req.level >= max(req, -2*rc) && e.tok.level >= max(tok, -2*tc)
+	e.req.lower(req, rc)
+	e.tok.lower(tok, tc)
 	e.settle(lim)
-	e.mark |= markFollowed
+	if copyOf {
+		e.mark |= markFollowed
+	}
 }
 
 // Levels returns the whole-unit level of the four default buckets of (key,

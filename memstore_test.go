@@ -413,3 +413,29 @@ func TestFollowedEntriesGoFirstAndUncounted(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, d.Allowed, "its admission kept: 0 of 2 left")
 }
+
+// TestFollowKeepsOwnSpendingCounted: an entry whose own spending is below
+// what the shared store reports (the shared store has not been charged it
+// yet) is no copy: Follow does not make it the first to go, and it is not
+// dropped uncounted while copies remain.
+func TestFollowKeepsOwnSpendingCounted(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	const bound = 8_192
+	s := llmrate.NewMemoryStore(llmrate.WithMaxKeys(bound))
+	lim := llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 10_000} // capacity 2 requests
+	own := llmrate.AdmitRequest{Key: "sk-own", Workspace: "sk-own", KeyLimits: lim, WorkspaceLimits: lim, Solo: true, Tokens: 1, Now: t0}
+	for range 2 {
+		d, err := s.Admit(context.Background(), own)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	s.Follow(own, llmrate.Decision{Remaining: [4]int64{2, 20_000, 2, 20_000}}) // the shared store, not charged yet
+	for i := range 4 * bound {
+		k := fmt.Sprintf("sk-%d", i)
+		s.Follow(llmrate.AdmitRequest{Key: k, Workspace: k, KeyLimits: lim, WorkspaceLimits: lim, Solo: true, Now: t0},
+			llmrate.Decision{Remaining: [4]int64{1, 5_000, 1, 5_000}})
+	}
+	d, err := s.Admit(context.Background(), own)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "its own 2 admissions still spent")
+}
