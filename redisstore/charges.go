@@ -2,11 +2,13 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/llmrate/llmrate"
+	"github.com/redis/go-redis/v9"
 )
 
 // Charges: an admission the local fallback allowed (WithFallbackLocal)
@@ -33,20 +35,38 @@ import (
 //
 // Charges are sent one at a time, by one goroutine that the first call
 // Redis answers after a failure starts and that stops when none is left or
-// one fails; each carries an identity, so a resent one is applied once.
-// At most maxCharges admissions are tracked: past that, a fallback
-// admission is not charged, and is counted (Charges' lost), as are the
-// charges still unsent when the store is closed.
+// one fails (that one goes to the back of the queue, so that one charge
+// Redis keeps failing does not hold the others); each carries an identity
+// that Redis keeps chargeLife, so a resent one is applied once. What a
+// charge carries is fixed when it is first sent: a reconcile that comes
+// after that, while the charge is not known to have landed, fails (the
+// limiter retries it for a few seconds) rather than change a charge Redis
+// may have applied already. At most maxCharges admissions are tracked,
+// the charged ones awaiting their reconcile forgotten first (oldest
+// first): past that, a fallback admission is not charged, and is counted
+// (Charges' lost), as are admissions without an ID and the charges still
+// unsent when the store is closed.
 
 // maxCharges bounds the admissions tracked for charging (pending, or
 // charged and awaiting their reconcile).
-const maxCharges = 1 << 16
+var maxCharges = 1 << 16 // a var for the tests
 
-// chargeLife is how long a charged admission waits for its reconcile:
-// past it, a reconcile goes to the fallback alone, and Redis keeps the
-// estimate (no longer than the longest response the limiter meters, in
-// practice; a reconcile whose usage equals the estimate never comes).
+// chargeLife is how long a charged admission waits for its reconcile
+// (past it, or once forgotten for room, a reconcile goes to the fallback
+// alone, and Redis keeps what was charged: no longer than the longest
+// response the limiter meters, in practice; a reconcile whose usage equals
+// the estimate never comes), and how long Redis keeps a charge's identity
+// record.
 const chargeLife = 10 * time.Minute
+
+// errChargeUnsettled is a fallback admission's reconcile that came while
+// its charge, sent at least once, is not known to have landed in Redis:
+// the limiter retries it.
+var errChargeUnsettled = errors.New("redisstore: the fallback admission's charge to Redis is not settled yet")
+
+// existsScript reports whether KEYS[1] exists (a script, so that it is
+// bounded, hedged and counted as every other call is).
+var existsScript = redis.NewScript(`return redis.call("EXISTS", KEYS[1])`)
 
 // chargeState is where one fallback admission's charge stands.
 type chargeState uint8
@@ -60,7 +80,8 @@ const (
 // charge is one fallback admission to charge to Redis.
 type charge struct {
 	r     llmrate.AdmitRequest
-	rec   *llmrate.ReconcileRequest // its reconcile, when it came first
+	rec   *llmrate.ReconcileRequest // its reconcile, when it came before the charge was first sent
+	tried bool                      // sent at least once: what it carries is fixed
 	state chargeState
 	at    time.Time     // when it was admitted (monotonic: this process's clock)
 	done  chan struct{} // while flying: closed when the flight ends
@@ -82,21 +103,23 @@ type chargeBook struct {
 
 // Charges returns how many admissions the local fallback allowed were
 // charged to Redis once it answered again (or found decided there: their
-// reply had been lost), and how many were not: beyond the charges it
-// tracks at once, or still unsent when the store closed. See
-// WithFallbackLocal.
+// reply had been lost), and how many were not: without an ID, beyond the
+// admissions it tracks at once, or still unsent when the store closed.
+// See WithFallbackLocal.
 func (s *Store) Charges() (sent, lost int64) {
 	return s.charges.sent.Load(), s.charges.lost.Load()
 }
 
 // noteCharge records an admission the fallback allowed, to charge to
-// Redis when it answers. Without an identity it is not charged: a charge
-// must be safe to resend, and its reconcile must find it.
+// Redis when it answers. Without an identity it is not charged (a charge
+// must be safe to resend, and its reconcile must find it), and is counted
+// lost.
 func (s *Store) noteCharge(r llmrate.AdmitRequest) {
+	b := &s.charges
 	if r.ID == "" {
+		b.lost.Add(1)
 		return
 	}
-	b := &s.charges
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -107,6 +130,9 @@ func (s *Store) noteCharge(r llmrate.AdmitRequest) {
 		return // a repeat the fallback answered from its identity table
 	}
 	b.expire(now)
+	if len(b.byID) >= maxCharges {
+		b.forgetSent()
+	}
 	if b.closed || len(b.byID) >= maxCharges {
 		b.lost.Add(1)
 		return
@@ -146,6 +172,23 @@ func (b *chargeBook) expire(now time.Time) {
 	}
 }
 
+// forgetSent forgets the oldest quarter of the tracked admissions that are
+// charged and await their reconcile (b.mu held), to make room for pending
+// ones: a reconcile that comes for one of those goes to the fallback alone.
+func (b *chargeBook) forgetSent() {
+	n := maxCharges / 4
+	for _, c := range b.order {
+		if n == 0 {
+			break
+		}
+		if c.state == chargeSent && b.byID[c.r.ID] == c {
+			delete(b.byID, c.r.ID)
+			n--
+		}
+	}
+	b.expire(time.Now()) // drops them from order
+}
+
 // chargeReconcile sends a fallback admission's reconcile, already applied
 // to the fallback, where its charge makes it due: folded into the charge
 // while that is pending; to Redis once the charge is there; nowhere else
@@ -173,6 +216,10 @@ func (s *Store) chargeReconcile(ctx context.Context, r llmrate.ReconcileRequest)
 		return nil
 	}
 	if c.state == chargePending {
+		if c.tried {
+			b.mu.Unlock()
+			return errChargeUnsettled
+		}
 		rc := r
 		c.rec = &rc
 		b.mu.Unlock()
@@ -207,18 +254,19 @@ func (s *Store) kickCharges() {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		s.flushCharges(context.Background())
+		s.flushCharges(context.Background(), true)
 	}()
 }
 
 // flushCharges sends pending charges, oldest first, until none is left or
-// one fails (it stays pending: the next answer from Redis starts again),
+// one fails (it stays pending, at the back: the next answer from Redis
+// starts again), or ctx is done, or, in the background, the store closes;
 // then clears flushing.
-func (s *Store) flushCharges(ctx context.Context) {
+func (s *Store) flushCharges(ctx context.Context, background bool) {
 	b := &s.charges
 	for {
 		b.mu.Lock()
-		if len(b.queue) == 0 || ctx.Err() != nil {
+		if len(b.queue) == 0 || ctx.Err() != nil || background && b.closed {
 			b.flushing = false
 			b.mu.Unlock()
 			return
@@ -227,7 +275,7 @@ func (s *Store) flushCharges(ctx context.Context) {
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
 		b.queued.Store(int64(len(b.queue)))
-		c.state, c.done = chargeFlying, make(chan struct{})
+		c.state, c.done, c.tried = chargeFlying, make(chan struct{}), true
 		rec := c.rec
 		b.mu.Unlock()
 
@@ -236,7 +284,7 @@ func (s *Store) flushCharges(ctx context.Context) {
 		b.mu.Lock()
 		if err != nil {
 			c.state = chargePending
-			b.queue = append([]*charge{c}, b.queue...)
+			b.queue = append(b.queue, c)
 			b.queued.Store(int64(len(b.queue)))
 			b.flushing = false
 		} else {
@@ -261,18 +309,19 @@ func (s *Store) flushCharges(ctx context.Context) {
 // reconcile rec folded in when it came first. When Redis had allowed r
 // itself (its reply lost), only rec is sent.
 func (s *Store) sendCharge(ctx context.Context, r llmrate.AdmitRequest, rec *llmrate.ReconcileRequest) error {
+	if !s.up(ctx) {
+		return errDown
+	}
 	_, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 	kind := byte('a')
 	if r.Reserve > 0 || windowed(r.KeyLimits, r.WorkspaceLimits) {
 		kind = 'x' // admitW's record
 	}
-	cctx, cancel := s.bound(ctx)
-	n, err := s.c.Exists(cctx, idKey(w, kind, r.ID)).Result()
-	cancel()
+	v, err := s.run(ctx, existsScript, []string{idKey(w, kind, r.ID)}, nil, true)
 	if err != nil {
-		return s.failed(err)
+		return err
 	}
-	if n == 1 {
+	if n, _ := v.(int64); n == 1 {
 		if rec == nil {
 			return nil // Redis debited it: its reconcile goes there
 		}
@@ -299,11 +348,11 @@ func (s *Store) closeCharges(ctx context.Context) {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
-	b.wg.Wait() // one call at a time, each bounded by the store's timeout
+	b.wg.Wait() // the background flusher stops after its call in flight, bounded by the store's timeout
 	b.mu.Lock()
 	b.flushing = true
 	b.mu.Unlock()
-	s.flushCharges(ctx)
+	s.flushCharges(ctx, false)
 	b.mu.Lock()
 	b.lost.Add(int64(len(b.queue)))
 	for _, c := range b.queue {

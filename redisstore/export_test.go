@@ -36,3 +36,11 @@ func (s *Store) AdmitTogether(rs []llmrate.AdmitRequest) ([]llmrate.Decision, []
 // WaitCharges waits for the goroutine sending the fallback's charges
 // (started by the last call Redis answered) to stop.
 func (s *Store) WaitCharges() { s.charges.wg.Wait() }
+
+// SetMaxCharges sets how many fallback admissions a store tracks for
+// charging, until the returned func restores it.
+func SetMaxCharges(n int) (restore func()) {
+	old := maxCharges
+	maxCharges = n
+	return func() { maxCharges = old }
+}

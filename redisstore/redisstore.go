@@ -1120,15 +1120,15 @@ func (s *Store) seenBefore(id string) (seen, absorbed bool) {
 // reconcileArgs are reconcile.lua's arguments (a charge's, reconcileargs.lua,
 // when charge is set).
 func reconcileArgs(now string, r llmrate.ReconcileRequest, charge bool) []any {
-	mode := soloArg(r.Refund)
+	mode, life := soloArg(r.Refund), reconcileIDLife
 	if charge {
-		mode = "c"
+		mode, life = "c", chargeLife
 	}
 	return []any{now, r.Estimate,
 		r.BoundedActual(llmrate.KeyTokens), r.BoundedActual(llmrate.WorkspaceTokens),
 		r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute,
 		r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute, soloArg(r.Solo),
-		mode, reconcileIDLife.Milliseconds()}
+		mode, life.Milliseconds()}
 }
 
 // admitArg is one admission as admit_one (admitone.lua) reads it: six

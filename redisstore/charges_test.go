@@ -1,0 +1,357 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/redistest/redisrig"
+	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFallbackAdmissionsChargedToRedis: what the local fallback admits
+// while Redis does not answer is charged to Redis once it answers again —
+// one request and the tokens consumed each, on every path — so that the
+// processes sharing the buckets do not also spend it: the admission's
+// usage folded into its charge when it came first, sent to Redis after it
+// otherwise.
+func TestFallbackAdmissionsChargedToRedis(t *testing.T) {
+	three := llmrate.Limits{RequestsPerMinute: 3, TokensPerMinute: 1_000} // capacity 6 requests, 2,000 tokens
+	gauged := three
+	gauged.ConcurrentRequests = 100
+	windowed := withWindows(three, llmrate.Window{Per: 24 * time.Hour, Requests: 1_000})
+	ws := llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: 100_000} // 2,000 requests, 200,000 tokens
+	paths := []struct {
+		name    string
+		opts    []redisstore.Option
+		lim     llmrate.Limits
+		reserve int64
+	}{
+		{"plain", []redisstore.Option{redisstore.WithBatching(1)}, three, 0},
+		{"batched", []redisstore.Option{redisstore.WithBatching(16)}, three, 0},
+		{"leased", []redisstore.Option{redisstore.WithLeases(0.25)}, three, 0},
+		{"gauged", []redisstore.Option{redisstore.WithBatching(1)}, gauged, 0},
+		{"windowed", []redisstore.Option{redisstore.WithBatching(1)}, windowed, 0},
+		{"reserved", []redisstore.Option{redisstore.WithBatching(1)}, three, 1},
+	}
+	for _, pt := range paths {
+		t.Run(pt.name, func(t *testing.T) {
+			srv, p, c := faultyRedis(t)
+			prefix := redisrig.Prefix()
+			opts := append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+				redisstore.WithTimeout(200 * time.Millisecond), redisstore.WithRetryInterval(0)}, pt.opts...)
+			s := redisrig.Store(t, c, opts...)
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+			ctx := context.Background()
+			req := func(key string, tokens int64) llmrate.AdmitRequest {
+				return llmrate.AdmitRequest{Key: key, Workspace: "acme", KeyLimits: pt.lim, WorkspaceLimits: ws,
+					Tokens: tokens, Reserve: pt.reserve, Now: frozen(), ID: llmrate.NewAdmissionID()}
+			}
+			rec := func(a llmrate.AdmitRequest, d llmrate.Decision, actual int64) llmrate.ReconcileRequest {
+				return llmrate.ReconcileRequest{Key: a.Key, Workspace: a.Workspace, KeyLimits: a.KeyLimits, WorkspaceLimits: a.WorkspaceLimits,
+					Estimate: a.Tokens, Actual: actual, Now: frozen(), ID: a.ID, Receipt: d.Receipt}
+			}
+
+			p.setDown(true)
+			a1, a2 := req("sk-a", 10), req("sk-a", 10)
+			d1, err := s.Admit(ctx, a1)
+			require.NoError(t, err)
+			d2, err2 := s.Admit(ctx, a2)
+			require.NoError(t, err2)
+			require.True(t, d1.Allowed && d2.Allowed, "the fallback admits a key it holds full")
+			require.Equal(t, "local", d1.Receipt)
+			require.NoError(t, s.Reconcile(ctx, rec(a1, d1, 30)), "a1's usage while Redis is down: into its charge")
+
+			p.setDown(false)
+			d, err := s.Admit(ctx, req("sk-b", 10))
+			require.NoError(t, err)
+			require.NotEqual(t, "local", d.Receipt, "Redis answers")
+			s.WaitCharges()
+			sent, lost := s.Charges()
+			assert.Equal(t, [2]int64{2, 0}, [2]int64{sent, lost}, "both fallback admissions charged")
+			require.NoError(t, s.Reconcile(ctx, rec(a2, d2, 4)), "a2's usage after its charge: to Redis as well")
+
+			probe := probeStore(t, redisrig.Client(t, srv.Addr), prefix)
+			pr := req("sk-a", 0)
+			pr.Reserve = 0
+			pd, err := probe.Admit(ctx, pr)
+			require.NoError(t, err)
+			require.True(t, pd.Allowed)
+			assert.Equal(t, int64(6-2-1), pd.Remaining[llmrate.KeyRequests], "Redis holds the fallback's 2 requests (and the probe's)")
+			assert.Equal(t, int64(2_000-30-4), pd.Remaining[llmrate.KeyTokens], "Redis holds what they consumed: 30 and 4")
+			if pt.name != "leased" { // sk-b's lease is out of the workspace's levels
+				assert.Equal(t, int64(2_000-2-1-1), pd.Remaining[llmrate.WorkspaceRequests])
+				assert.Equal(t, int64(200_000-30-4-10), pd.Remaining[llmrate.WorkspaceTokens])
+			}
+			if pt.name == "windowed" {
+				require.Len(t, pd.KeyWindows, 1)
+				assert.Equal(t, int64(1_000-2-1), pd.KeyWindows[0].Requests, "the day's window holds them too")
+			}
+		})
+	}
+}
+
+// TestFallbackChargeSkipsWhatRedisDecided: an admission whose every reply
+// was lost while Redis ran it is decided by the fallback, and Redis has
+// debited it already (its identity record says so): it is not charged
+// again, and its reconcile goes to Redis.
+func TestFallbackChargeSkipsWhatRedisDecided(t *testing.T) {
+	three := llmrate.Limits{RequestsPerMinute: 3, TokensPerMinute: 1_000}
+	for _, lim := range []llmrate.Limits{three, withWindows(three, llmrate.Window{Per: 24 * time.Hour, Requests: 1_000})} {
+		t.Run(fmt.Sprintf("windows=%d", len(lim.Windows)), func(t *testing.T) {
+			srv, p, c := faultyRedis(t)
+			prefix := redisrig.Prefix()
+			s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+				redisstore.WithTimeout(100*time.Millisecond), redisstore.WithBatching(1))
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+			ctx := context.Background()
+			req := func(key string, tokens int64) llmrate.AdmitRequest {
+				return llmrate.AdmitRequest{Key: key, Workspace: key, KeyLimits: lim, WorkspaceLimits: lim, Solo: true,
+					Tokens: tokens, Now: frozen(), ID: llmrate.NewAdmissionID()}
+			}
+			p.hang.Store(true) // Redis runs the calls; no reply comes back
+			a := req("sk-a", 100)
+			d, err := s.Admit(ctx, a)
+			require.NoError(t, err)
+			require.Equal(t, "local", d.Receipt, "no reply: the fallback decides")
+			require.True(t, d.Allowed)
+			p.hang.Store(false)
+			p.closeAll()
+			_, err = s.Admit(ctx, req("sk-b", 1))
+			require.NoError(t, err)
+			s.WaitCharges()
+			sent, _ := s.Charges()
+			assert.Equal(t, int64(1), sent, "found decided in Redis")
+			require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: "sk-a", Workspace: "sk-a", KeyLimits: lim, WorkspaceLimits: lim, Solo: true,
+				Estimate: 100, Actual: 40, Now: frozen(), ID: a.ID, Receipt: d.Receipt}))
+
+			probe := probeStore(t, redisrig.Client(t, srv.Addr), prefix)
+			pd, err := probe.Admit(ctx, req("sk-a", 0))
+			require.NoError(t, err)
+			assert.Equal(t, int64(6-1-1), pd.Remaining[llmrate.WorkspaceRequests], "debited once, by Redis's own decision (and the probe)")
+			assert.Equal(t, int64(2_000-40), pd.Remaining[llmrate.WorkspaceTokens], "its usage reconciled in Redis")
+		})
+	}
+}
+
+// chargeHang makes the proxy hold every reply (p.hang) from the next
+// charge script sent while armed (its mode argument "c") on: Redis runs
+// it, its reply never comes back.
+type chargeHang struct {
+	armed atomic.Bool
+	p     *faultProxy
+}
+
+func (h *chargeHang) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *chargeHang) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && h.armed.Load() && slices.Contains(cmd.Args(), any("c")) {
+			h.armed.Store(false)
+			h.p.hang.Store(true)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *chargeHang) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestChargeFixedOnceSent: a charge Redis applied but whose reply was lost
+// is sent again as it was (Redis answers the repeat as applied); the
+// admission's reconcile that came meanwhile is not folded into it (the
+// repeat would drop it) but fails until the charge has landed, and then
+// goes to Redis: Redis holds what the request consumed.
+func TestChargeFixedOnceSent(t *testing.T) {
+	srv, p, c := faultyRedis(t)
+	h := &chargeHang{p: p}
+	c.AddHook(h)
+	prefix := redisrig.Prefix()
+	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(100*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0))
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	_, err := s.Admit(ctx, soloReq("sk-warm", 1)) // connects and loads the scripts
+	require.NoError(t, err)
+
+	p.setDown(true)
+	a := soloReq("sk-a", 100)
+	da, err := s.Admit(ctx, a)
+	require.NoError(t, err)
+	require.Equal(t, "local", da.Receipt)
+	p.setDown(false)
+	h.armed.Store(true)
+	_, err = s.Admit(ctx, soloReq("sk-b", 1)) // Redis answers: the charge goes, is applied, its reply held
+	require.NoError(t, err)
+	s.WaitCharges()
+	sent, _ := s.Charges()
+	require.Equal(t, int64(0), sent, "no answer to the charge")
+	p.hang.Store(false)
+	p.closeAll()
+
+	rec := llmrate.ReconcileRequest{Key: a.Key, Workspace: a.Workspace, KeyLimits: solo1k, WorkspaceLimits: solo1k,
+		Estimate: 100, Actual: 5_000, Solo: true, Now: frozen(), ID: a.ID, Receipt: da.Receipt}
+	require.Error(t, s.Reconcile(ctx, rec), "the charge may have landed: its usage waits (the limiter retries)")
+	_, err = s.Admit(ctx, soloReq("sk-b", 1)) // the charge goes again, answered as applied
+	require.NoError(t, err)
+	s.WaitCharges()
+	sent, lost := s.Charges()
+	require.Equal(t, [2]int64{1, 0}, [2]int64{sent, lost})
+	require.NoError(t, s.Reconcile(ctx, rec), "retried: to Redis now")
+
+	probe := probeStore(t, redisrig.Client(t, srv.Addr), prefix)
+	pd, err := probe.Admit(ctx, soloReq("sk-a", 0))
+	require.NoError(t, err)
+	assert.Equal(t, int64(20_000-5_000), pd.Remaining[llmrate.WorkspaceTokens], "Redis holds what the request consumed, once")
+	assert.Equal(t, int64(2_000-1-1), pd.Remaining[llmrate.WorkspaceRequests], "its request charged once (and the probe's)")
+}
+
+// slowScripts delays every script call by d while on (a Redis that far
+// away).
+type slowScripts struct {
+	d  time.Duration
+	on atomic.Bool
+}
+
+func (h *slowScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); h.on.Load() && (n == "evalsha" || n == "eval") {
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *slowScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestCloseChargesWithinItsContext: Close sends the pending charges only
+// until its context is done, background flusher included; the rest are
+// counted lost.
+func TestCloseChargesWithinItsContext(t *testing.T) {
+	_, p, c := faultyRedis(t)
+	slow := &slowScripts{d: 20 * time.Millisecond}
+	c.AddHook(slow)
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(20*time.Millisecond))
+	ctx := context.Background()
+	p.setDown(true)
+	local := 0
+	for range 200 { // the breaker opens after three: the rest go to the fallback at once
+		d, err := s.Admit(ctx, soloReq("sk-a", 1))
+		require.NoError(t, err)
+		require.Equal(t, "local", d.Receipt)
+		local++
+	}
+	p.setDown(false)
+	slow.on.Store(true)
+	require.Eventually(t, func() bool { // a probe gets through and starts the flusher: 200 charges or more, two calls of 20 ms each
+		d, err := s.Admit(ctx, soloReq("sk-b", 1))
+		if d.Receipt == "local" {
+			local++
+		}
+		return err == nil && d.Receipt == ""
+	}, 5*time.Second, 5*time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	require.NoError(t, s.Close(cctx))
+	assert.Less(t, time.Since(start), time.Second, "bounded by its context (and one call in flight)")
+	sent, lost := s.Charges()
+	assert.Equal(t, int64(local), sent+lost, "each charge sent or counted lost")
+	assert.Positive(t, lost)
+}
+
+// TestChargedAwaitingReconcileMakeRoom: charged admissions whose reconcile
+// never comes (usage equal to the estimate sends none) do not hold the
+// tracking bound against a later outage: the oldest are forgotten for the
+// new ones, which are charged.
+func TestChargedAwaitingReconcileMakeRoom(t *testing.T) {
+	defer redisstore.SetMaxCharges(64)()
+	_, p, c := faultyRedis(t)
+	big := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000_000}
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0))
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	req := func() llmrate.AdmitRequest {
+		return llmrate.AdmitRequest{Key: "sk-a", Workspace: "sk-a", KeyLimits: big, WorkspaceLimits: big, Solo: true, Tokens: 1, Now: frozen(), ID: llmrate.NewAdmissionID()}
+	}
+	outage := func(n int) {
+		t.Helper()
+		p.setDown(true)
+		for range n {
+			d, err := s.Admit(ctx, req())
+			require.NoError(t, err)
+			require.Equal(t, "local", d.Receipt)
+		}
+		p.setDown(false)
+		require.Eventually(t, func() bool { // the breaker's probe gets through
+			d, err := s.Admit(ctx, req())
+			return err == nil && d.Receipt == ""
+		}, 5*time.Second, 5*time.Millisecond)
+		s.WaitCharges()
+	}
+	outage(64)
+	sent, lost := s.Charges()
+	require.Equal(t, [2]int64{64, 0}, [2]int64{sent, lost}, "the bound's worth charged")
+	outage(10)
+	sent, lost = s.Charges()
+	assert.Equal(t, [2]int64{74, 0}, [2]int64{sent, lost}, "the next outage's charged too")
+}
+
+// TestChargeNotSentWhileBreakerOpen: a charge goes to Redis on the
+// breaker's terms: while it is open Close does not call Redis for the
+// pending ones (counted lost), and no failure is counted for them.
+func TestChargeNotSentWhileBreakerOpen(t *testing.T) {
+	_, p, c := faultyRedis(t)
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(100*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(time.Hour))
+	ctx := context.Background()
+	_, err := s.Admit(ctx, soloReq("sk-w", 1))
+	require.NoError(t, err)
+	p.hang.Store(true)
+	for range 3 { // three timeouts open the breaker
+		d, err := s.Admit(ctx, soloReq("sk-a", 1))
+		require.NoError(t, err)
+		require.Equal(t, "local", d.Receipt)
+	}
+	before := s.Errors()
+	require.NoError(t, s.Close(ctx))
+	assert.Equal(t, before, s.Errors(), "no call, no failure")
+	sent, lost := s.Charges()
+	assert.Equal(t, [2]int64{0, 3}, [2]int64{sent, lost})
+	p.hang.Store(false)
+	p.closeAll()
+}
+
+// TestAdmissionWithoutIDChargeCountedLost: a fallback admission without an
+// ID cannot be charged (a charge must be safe to resend): it is counted
+// lost, not dropped silently.
+func TestAdmissionWithoutIDChargeCountedLost(t *testing.T) {
+	_, p, c := faultyRedis(t)
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0))
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	p.setDown(true)
+	r := soloReq("sk-a", 10)
+	r.ID = ""
+	d, err := s.Admit(ctx, r)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Equal(t, "local", d.Receipt)
+	p.setDown(false)
+	_, err = s.Admit(ctx, soloReq("sk-b", 1))
+	require.NoError(t, err)
+	s.WaitCharges()
+	sent, lost := s.Charges()
+	assert.Equal(t, [2]int64{0, 1}, [2]int64{sent, lost})
+}
