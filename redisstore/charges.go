@@ -81,7 +81,8 @@ const (
 type charge struct {
 	r     llmrate.AdmitRequest
 	rec   *llmrate.ReconcileRequest // its reconcile, when it came before the charge was first sent
-	tried bool                      // sent at least once: what it carries is fixed
+	tried bool                      // its debit sent at least once: what it carries is fixed
+	fresh bool                      // the admission never reached Redis (the breaker was open): no record to look for
 	state chargeState
 	at    time.Time     // when it was admitted (monotonic: this process's clock)
 	done  chan struct{} // while flying: closed when the flight ends
@@ -97,6 +98,7 @@ type chargeBook struct {
 	closed   bool
 	wg       sync.WaitGroup
 	queued   atomic.Int64 // len(queue), read without the lock
+	nsent    int          // tracked charges in chargeSent, awaiting their reconcile
 	sent     atomic.Int64
 	lost     atomic.Int64
 }
@@ -114,7 +116,7 @@ func (s *Store) Charges() (sent, lost int64) {
 // Redis when it answers. Without an identity it is not charged (a charge
 // must be safe to resend, and its reconcile must find it), and is counted
 // lost.
-func (s *Store) noteCharge(r llmrate.AdmitRequest) {
+func (s *Store) noteCharge(r llmrate.AdmitRequest, fresh bool) {
 	b := &s.charges
 	if r.ID == "" {
 		b.lost.Add(1)
@@ -137,7 +139,7 @@ func (s *Store) noteCharge(r llmrate.AdmitRequest) {
 		b.lost.Add(1)
 		return
 	}
-	c := &charge{r: r, at: now}
+	c := &charge{r: r, at: now, fresh: fresh}
 	b.byID[r.ID] = c
 	b.queue = append(b.queue, c)
 	b.order = append(b.order, c)
@@ -157,7 +159,7 @@ func (b *chargeBook) expire(now time.Time) {
 		if c.state != chargeSent || now.Sub(c.at) < chargeLife {
 			break
 		}
-		delete(b.byID, c.r.ID)
+		b.drop(c)
 	}
 	clear(b.order[:i])
 	b.order = b.order[i:]
@@ -172,17 +174,31 @@ func (b *chargeBook) expire(now time.Time) {
 	}
 }
 
+// drop forgets tracked charge c (b.mu held).
+func (b *chargeBook) drop(c *charge) {
+	if b.byID[c.r.ID] != c {
+		return
+	}
+	delete(b.byID, c.r.ID)
+	if c.state == chargeSent {
+		b.nsent--
+	}
+}
+
 // forgetSent forgets the oldest quarter of the tracked admissions that are
 // charged and await their reconcile (b.mu held), to make room for pending
 // ones: a reconcile that comes for one of those goes to the fallback alone.
 func (b *chargeBook) forgetSent() {
+	if b.nsent == 0 {
+		return // every one pending: nothing to forget, and no walk
+	}
 	n := maxCharges / 4
 	for _, c := range b.order {
 		if n == 0 {
 			break
 		}
 		if c.state == chargeSent && b.byID[c.r.ID] == c {
-			delete(b.byID, c.r.ID)
+			b.drop(c)
 			n--
 		}
 	}
@@ -231,9 +247,7 @@ func (s *Store) chargeReconcile(ctx context.Context, r llmrate.ReconcileRequest)
 		return err // the limiter retries: the fallback applies it once, Redis once
 	}
 	b.mu.Lock()
-	if b.byID[r.ID] == c {
-		delete(b.byID, r.ID)
-	}
+	b.drop(c)
 	b.mu.Unlock()
 	return nil
 }
@@ -275,26 +289,36 @@ func (s *Store) flushCharges(ctx context.Context, background bool) {
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
 		b.queued.Store(int64(len(b.queue)))
-		c.state, c.done, c.tried = chargeFlying, make(chan struct{}), true
-		rec := c.rec
+		c.state, c.done = chargeFlying, make(chan struct{})
+		rec, fresh := c.rec, c.fresh
 		b.mu.Unlock()
 
-		err := s.sendCharge(ctx, c.r, rec)
+		debited, err := s.sendCharge(ctx, c.r, rec, fresh)
 
 		b.mu.Lock()
+		c.tried = c.tried || debited
 		if err != nil {
+			// One whose debit may have landed goes first next time (its
+			// reconcile waits for it); one that never got that far goes
+			// to the back, so that a charge Redis keeps failing does not
+			// hold the others.
 			c.state = chargePending
-			b.queue = append(b.queue, c)
+			if c.tried {
+				b.queue = append([]*charge{c}, b.queue...)
+			} else {
+				b.queue = append(b.queue, c)
+			}
 			b.queued.Store(int64(len(b.queue)))
 			b.flushing = false
 		} else {
 			c.state = chargeSent
+			b.nsent++
 			b.sent.Add(1)
 			if rec != nil {
 				// Reconciled already: nothing more comes for it. (A
 				// reconcile that comes while it flies waits for the
 				// flight, then goes to Redis.)
-				delete(b.byID, c.r.ID)
+				b.drop(c)
 			}
 		}
 		close(c.done)
@@ -307,38 +331,42 @@ func (s *Store) flushCharges(ctx context.Context, background bool) {
 
 // sendCharge debits Redis for admission r, which the fallback allowed: its
 // reconcile rec folded in when it came first. When Redis had allowed r
-// itself (its reply lost), only rec is sent.
-func (s *Store) sendCharge(ctx context.Context, r llmrate.AdmitRequest, rec *llmrate.ReconcileRequest) error {
+// itself (its reply lost), only rec is sent; a fresh admission (one that
+// never reached Redis) has no record to look for. debited reports whether
+// the debit (or rec) was sent, and so may have landed.
+func (s *Store) sendCharge(ctx context.Context, r llmrate.AdmitRequest, rec *llmrate.ReconcileRequest, fresh bool) (debited bool, err error) {
 	if !s.up(ctx) {
-		return errDown
+		return false, errDown
 	}
-	_, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
-	kind := byte('a')
-	if r.Reserve > 0 || windowed(r.KeyLimits, r.WorkspaceLimits) {
-		kind = 'x' // admitW's record
-	}
-	v, err := s.run(ctx, existsScript, []string{idKey(w, kind, r.ID)}, nil, true)
-	if err != nil {
-		return err
-	}
-	if n, _ := v.(int64); n == 1 {
-		if rec == nil {
-			return nil // Redis debited it: its reconcile goes there
+	if !fresh {
+		_, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
+		kind := byte('a')
+		if r.Reserve > 0 || windowed(r.KeyLimits, r.WorkspaceLimits) {
+			kind = 'x' // admitW's record
 		}
-		rr := *rec
-		rr.Receipt = ""
-		return s.reconcileRedis(ctx, rr, false)
+		v, err := s.run(ctx, existsScript, []string{idKey(w, kind, r.ID)}, nil, true)
+		if err != nil {
+			return false, err
+		}
+		if n, _ := v.(int64); n == 1 {
+			if rec == nil {
+				return false, nil // Redis debited it: its reconcile goes there
+			}
+			rr := *rec
+			rr.Receipt = ""
+			return true, s.reconcileRedis(ctx, rr, false)
+		}
 	}
 	c := llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model,
 		KeyLimits: r.KeyLimits, WorkspaceLimits: r.WorkspaceLimits, Solo: r.Solo, ID: r.ID,
 		Actual: r.Tokens, InputActual: max(0, r.InputTokens)}
 	if rec != nil {
 		if rec.Refund {
-			return nil // not forwarded after all: nothing consumed
+			return false, nil // not forwarded after all: nothing consumed
 		}
 		c.Actual, c.InputActual, c.OutputActual = rec.Actual, rec.InputActual, rec.OutputActual
 	}
-	return s.reconcileRedis(ctx, c, true)
+	return true, s.reconcileRedis(ctx, c, true)
 }
 
 // closeCharges stops charging in the background and sends what is pending
@@ -348,7 +376,7 @@ func (s *Store) closeCharges(ctx context.Context) {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
-	b.wg.Wait() // the background flusher stops after its call in flight, bounded by the store's timeout
+	b.wg.Wait() // the background flusher stops after its charge in flight: two calls at most, each bounded by the store's timeout
 	b.mu.Lock()
 	b.flushing = true
 	b.mu.Unlock()
@@ -356,7 +384,7 @@ func (s *Store) closeCharges(ctx context.Context) {
 	b.mu.Lock()
 	b.lost.Add(int64(len(b.queue)))
 	for _, c := range b.queue {
-		delete(b.byID, c.r.ID)
+		b.drop(c)
 	}
 	b.queue = nil
 	b.queued.Store(0)

@@ -2,8 +2,10 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -354,4 +356,93 @@ func TestAdmissionWithoutIDChargeCountedLost(t *testing.T) {
 	s.WaitCharges()
 	sent, lost := s.Charges()
 	assert.Equal(t, [2]int64{0, 1}, [2]int64{sent, lost})
+}
+
+// failCharge fails the first charge script (mode "c") for admission id
+// sent while armed, as a connection reset would, and slows every script
+// call by d while slow is set.
+type failCharge struct {
+	id    string
+	armed atomic.Bool
+	fired chan struct{}
+	d     time.Duration
+	slow  atomic.Bool
+}
+
+func (h *failCharge) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failCharge) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n != "evalsha" && n != "eval" {
+			return next(ctx, cmd)
+		}
+		args := cmd.Args()
+		if h.armed.Load() && slices.Contains(args, any("c")) && slices.ContainsFunc(args, func(a any) bool {
+			s, ok := a.(string)
+			return ok && strings.Contains(s, h.id)
+		}) && h.armed.CompareAndSwap(true, false) {
+			close(h.fired)
+			err := errors.New("injected: connection reset")
+			cmd.SetErr(err)
+			return err
+		}
+		if h.slow.Load() {
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *failCharge) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestChargeThatMayHaveLandedGoesFirst: a charge whose debit was sent and
+// failed goes first the next time Redis answers, ahead of the hundreds
+// queued behind it, so that its reconcile (which fails until the charge
+// has landed) gets to Redis within the limiter's few seconds of retries
+// (review reproducer: sent to the back, it was still unsettled after 5 s,
+// and the 4,900 tokens of usage never reached Redis).
+func TestChargeThatMayHaveLandedGoesFirst(t *testing.T) {
+	srv, p, c := faultyRedis(t)
+	prefix := redisrig.Prefix()
+	big := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000_000}
+	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0))
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	_, err := s.Admit(ctx, soloReq("sk-warm", 1))
+	require.NoError(t, err)
+	p.setDown(true)
+	a := soloReq("sk-a", 100)
+	da, err := s.Admit(ctx, a)
+	require.NoError(t, err)
+	require.Equal(t, "local", da.Receipt)
+	for range 300 {
+		d, err := s.Admit(ctx, llmrate.AdmitRequest{Key: "sk-o", Workspace: "sk-o", KeyLimits: big, WorkspaceLimits: big, Solo: true,
+			Tokens: 1, Now: frozen(), ID: llmrate.NewAdmissionID()})
+		require.NoError(t, err)
+		require.Equal(t, "local", d.Receipt)
+	}
+	h := &failCharge{id: a.ID, fired: make(chan struct{}), d: 10 * time.Millisecond} // the 300 take 6 s to drain
+	c.AddHook(h)
+	h.armed.Store(true)
+	h.slow.Store(true)
+	p.setDown(false)
+	require.Eventually(t, func() bool {
+		d, err := s.Admit(ctx, soloReq("sk-b", 1))
+		return err == nil && d.Receipt == ""
+	}, 5*time.Second, 5*time.Millisecond)
+	<-h.fired // a's debit sent, and failed: it may have landed
+	rec := llmrate.ReconcileRequest{Key: a.Key, Workspace: a.Workspace, KeyLimits: solo1k, WorkspaceLimits: solo1k,
+		Estimate: 100, Actual: 5_000, Solo: true, Now: frozen(), ID: a.ID, Receipt: da.Receipt}
+	require.Eventually(t, func() bool { // the limiter's retries: a few seconds
+		_, _ = s.Admit(ctx, soloReq("sk-b", 1)) // Redis answers: the flusher starts again
+		return s.Reconcile(ctx, rec) == nil
+	}, 2*time.Second, 50*time.Millisecond, "the reconcile lands within the limiter's retries")
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	require.NoError(t, s.Close(cctx)) // the rest of the queue is not this test's
+	probe := probeStore(t, redisrig.Client(t, srv.Addr), prefix)
+	pd, err := probe.Admit(ctx, soloReq("sk-a", 0))
+	require.NoError(t, err)
+	assert.Equal(t, int64(20_000-5_000), pd.Remaining[llmrate.WorkspaceTokens], "Redis holds what the request consumed")
 }

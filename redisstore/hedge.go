@@ -69,6 +69,7 @@ type hedger struct {
 	calls    atomic.Int64 // hedgeable calls made
 	spent    atomic.Int64 // hedges sent in the current window of calls
 	inFlight atomic.Int64 // hedges in flight
+	active   atomic.Int64 // hedgeable calls in flight (inline: alone or not)
 	learning atomic.Bool  // a window's end is being processed
 	answered atomic.Int64 // when an attempt was last answered (mono ns, to within hedgeAnsweredGrain; 0: never)
 	hist     [latBuckets]atomic.Int64
@@ -204,9 +205,12 @@ type attemptResult struct {
 func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
 	h := &s.hedge
 	h.called()
+	lone := h.active.Add(1) == 1
+	defer h.active.Add(-1)
 	hedges := 0
+	resend := false // the first attempt below is a hedge drawn from the bounds
 	if s.direct && !s.open.Load() && s.live() {
-		v, err, done := s.inline(ctx, script, keys, args)
+		v, err, done := s.inline(ctx, script, keys, args, lone)
 		if done {
 			return v, err
 		}
@@ -214,6 +218,16 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 			// The first attempt's reply is late or lost: the call is sent
 			// again below, which counts as its first hedge. (With no
 			// error, no attempt was made: the first is the one below.)
+			// With other calls in flight it is a hedge within the
+			// bounds, or not sent: a stall times out every call in
+			// flight at once, and their resends must not double the load
+			// on Redis.
+			if !lone {
+				if !s.connFree() || !h.take() {
+					return nil, err
+				}
+				resend = true
+			}
 			hedges = 1
 			s.hedges.Add(1)
 		}
@@ -223,7 +237,11 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 	if dl, ok := ctx.Deadline(); ok {
 		actx = attemptCtx{ctx, dl.Add(s.timeout)}
 	}
-	if !s.launch(actx, ch, script, keys, args, false) {
+	if !s.launch(actx, ch, script, keys, args, resend) {
+		if resend {
+			h.spent.Add(-1)
+			h.inFlight.Add(-1)
+		}
 		return nil, errBusy
 	}
 	pending := 1
@@ -276,10 +294,10 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 	}
 }
 
-// inlineFactor is how many hedge delays a call's first attempt waits for
-// its reply on the caller's goroutine (inline) before it is sent again:
-// more than one, since a reply later than that costs its connection, not
-// only a hedge.
+// inlineFactor is how many hedge delays a lone call's first attempt waits
+// for its reply on the caller's goroutine (inline) before it is sent
+// again: more than one, since a reply later than that costs its
+// connection, not only a hedge.
 const inlineFactor = 4
 
 // inline runs a call's first attempt on the caller's goroutine, with no
@@ -288,21 +306,25 @@ const inlineFactor = 4
 // at one call at a time (the wake-ups, on a machine whose cores Redis and
 // the gateway share), and at 64 calls at once doubled the 99th percentile
 // of an admission through the middleware (BENCHMARKS.md, "Every first
-// attempt inline"). Its reply is awaited for inlineFactor hedge delays
-// (four times the 99th percentile of recent answers), at most half the
-// time the call has (go-redis, with ContextTimeoutEnabled, bounds the read
-// by the attempt's deadline and then closes the connection, so a late
-// reply is discarded with it); done is false when that passed with no
-// reply and time is left for hedged to send the call again, with its
-// identity, as a hedge would (err is then the attempt's timeout), or when
-// the call has too little time for an attempt inline (err is nil: none
-// was made, and hedged makes the first). A reply four times later than
-// the 99th percentile is rare on a quiet network (under 0.1% of calls in
-// the benchmark), and the connection closed is one Redis would not have
-// answered on (silent) or answered late.
-func (s *Store) inline(ctx context.Context, script *redis.Script, keys []string, args []any) (v any, err error, done bool) {
+// attempt inline"). A lone call (no other hedgeable call of this store in
+// flight) awaits its reply for inlineFactor hedge delays (four times the
+// 99th percentile of recent answers), at most half the time the call has;
+// with others in flight, half the time the call has: those may queue for
+// a connection of the pool, or a handshake, within their first attempt's
+// time, and a stall of Redis times them all out together, so a wait of a
+// few delays would close a connection for each (go-redis, with
+// ContextTimeoutEnabled, bounds the read by the attempt's deadline and
+// then closes the connection, its late reply with it). done is false when
+// that passed with no reply and time is left for hedged to send the call
+// again, with its identity, as a hedge would (err is then the attempt's
+// timeout), or when the call has too little time for an attempt inline
+// (err is nil: none was made, and hedged makes the first).
+func (s *Store) inline(ctx context.Context, script *redis.Script, keys []string, args []any, lone bool) (v any, err error, done bool) {
 	left := timeLeft(ctx)
-	d := min(inlineFactor*s.hedge.delayFor(ctx, s.timeout), left/2)
+	d := left / 2
+	if lone {
+		d = min(inlineFactor*s.hedge.delayFor(ctx, s.timeout), d)
+	}
 	if d < hedgeMinDelay {
 		return nil, nil, false // too little time to wait and send again: hedged makes the first attempt
 	}

@@ -225,16 +225,22 @@
 // On a client with ContextTimeoutEnabled, a call makes its first attempt
 // on the caller's goroutine, without a goroutine, channel or timer of its
 // own (handing a reply across goroutines cost about a fifth of the
-// throughput of one caller, and at 64 callers doubled the tail): it waits
-// four hedge delays for its reply, at most half the time the call has,
-// and past that its connection is closed (go-redis closes a connection
-// whose read deadline passed, its late reply with it) and the call is sent
+// throughput of one caller, and at 64 callers doubled the tail). A lone
+// call (no other call of this store that may hedge in flight) waits four
+// hedge delays for its reply, at most half the time the call has; with
+// others in flight, half the time the call has (they may queue for the
+// pool's connections within it, and a stall times them all out at once).
+// Past that its connection is closed (go-redis closes a connection whose
+// read deadline passed, its late reply with it) and the call is sent
 // again, on a hedge's terms (not while the breaker is open, nor when Redis
-// is not taken to be answering, as for a hedge: the call then fails at
-// once), which counts as its first hedge; it is not drawn from the
-// hedges' budget below, since it replaces an attempt that has ended.
-// From then on (and on other clients from the first attempt) each attempt
-// runs on a goroutine of its own, and reads until its call's deadline plus
+// is not taken to be answering: the call then fails at once), which counts
+// as its first hedge: a lone call's is not drawn from the hedges' budget
+// below, since it replaces an attempt that has ended and is alone; with
+// others in flight it is a hedge within the bounds, or the call fails (so
+// a stall longer than half the calls' time sends at most the bounds' worth
+// again, and the rest to the fallback). From then on (and on other
+// clients from the first attempt) each attempt runs on a goroutine of its
+// own, and reads until its call's deadline plus
 // WithTimeout: one that lost the race keeps its connection when its answer
 // comes a little late (go-redis closes a connection whose
 // deadline passed), and a silent connection is closed then. A hedge of an
@@ -993,7 +999,9 @@ func (s *Store) admitLocal(ctx context.Context, r llmrate.AdmitRequest, err erro
 	d, ferr := s.fallback.Admit(ctx, r)
 	d.Receipt = receiptLocal
 	if ferr == nil && d.Allowed {
-		s.noteCharge(r) // charged to Redis when it answers (charges.go)
+		// Charged to Redis when it answers (charges.go); with the breaker
+		// open it was never sent there.
+		s.noteCharge(r, errors.Is(err, errDown))
 	}
 	return d, ferr
 }
