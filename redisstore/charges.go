@@ -36,7 +36,9 @@ import (
 // Charges are sent one at a time, by one goroutine that the first call
 // Redis answers after a failure starts and that stops when none is left or
 // one fails (that one goes to the back of the queue, so that one charge
-// Redis keeps failing does not hold the others); each carries an identity
+// Redis keeps failing does not hold the others; but one whose debit was
+// sent, and so may have landed, is tried first, up to chargeFirstTries
+// times, since its reconcile waits for it); each carries an identity
 // that Redis keeps chargeLife, so a resent one is applied once. What a
 // charge carries is fixed when it is first sent: a reconcile that comes
 // after that, while the charge is not known to have landed, fails (the
@@ -59,6 +61,19 @@ var maxCharges = 1 << 16 // a var for the tests
 // record.
 const chargeLife = 10 * time.Minute
 
+// chargeFirstTries is how many times in a row a failed charge whose debit
+// may have landed is tried before the others: its reconcile fails until
+// it has landed, and the limiter retries a reconcile for a few seconds
+// only; past that it goes to the back like any other.
+const chargeFirstTries = 3
+
+// chargeMaxRefusals is how many times Redis may answer a charge with an
+// error of its own (a script error, WRONGTYPE on the tenant's entry: not a
+// lost connection nor the breaker) before the charge is given up and
+// counted lost: such an error comes back every time, and each try costs a
+// call.
+const chargeMaxRefusals = 3
+
 // errChargeUnsettled is a fallback admission's reconcile that came while
 // its charge, sent at least once, is not known to have landed in Redis:
 // the limiter retries it.
@@ -79,13 +94,15 @@ const (
 
 // charge is one fallback admission to charge to Redis.
 type charge struct {
-	r     llmrate.AdmitRequest
-	rec   *llmrate.ReconcileRequest // its reconcile, when it came before the charge was first sent
-	tried bool                      // its debit sent at least once: what it carries is fixed
-	fresh bool                      // the admission never reached Redis (the breaker was open): no record to look for
-	state chargeState
-	at    time.Time     // when it was admitted (monotonic: this process's clock)
-	done  chan struct{} // while flying: closed when the flight ends
+	r       llmrate.AdmitRequest
+	rec     *llmrate.ReconcileRequest // its reconcile, when it came before the charge was first sent
+	tried   bool                      // its debit sent at least once: what it carries is fixed
+	fails   int                       // failed sends in a row
+	refused int                       // sends Redis answered with an error of its own
+	fresh   bool                      // the admission never reached Redis (the breaker was open): no record to look for
+	state   chargeState
+	at      time.Time     // when it was admitted (monotonic: this process's clock)
+	done    chan struct{} // while flying: closed when the flight ends
 }
 
 // chargeBook holds a store's charges.
@@ -93,11 +110,12 @@ type chargeBook struct {
 	mu       sync.Mutex
 	byID     map[string]*charge
 	queue    []*charge // pending, oldest first
+	first    *charge   // pending, to be sent before the queue (a failed one that may have landed)
 	order    []*charge // every tracked charge, oldest first, for expiry
 	flushing bool
 	closed   bool
 	wg       sync.WaitGroup
-	queued   atomic.Int64 // len(queue), read without the lock
+	queued   atomic.Int64 // pending (queue and first), read without the lock
 	nsent    int          // tracked charges in chargeSent, awaiting their reconcile
 	sent     atomic.Int64
 	lost     atomic.Int64
@@ -106,8 +124,9 @@ type chargeBook struct {
 // Charges returns how many admissions the local fallback allowed were
 // charged to Redis once it answered again (or found decided there: their
 // reply had been lost), and how many were not: without an ID, beyond the
-// admissions it tracks at once, or still unsent when the store closed.
-// See WithFallbackLocal.
+// admissions it tracks at once, refused by Redis with an error of its own
+// three times, or still unsent when the store closed. See
+// WithFallbackLocal.
 func (s *Store) Charges() (sent, lost int64) {
 	return s.charges.sent.Load(), s.charges.lost.Load()
 }
@@ -143,7 +162,7 @@ func (s *Store) noteCharge(r llmrate.AdmitRequest, fresh bool) {
 	b.byID[r.ID] = c
 	b.queue = append(b.queue, c)
 	b.order = append(b.order, c)
-	b.queued.Store(int64(len(b.queue)))
+	b.queued.Store(int64(b.pending()))
 }
 
 // expire forgets charged admissions whose reconcile did not come within
@@ -172,6 +191,15 @@ func (b *chargeBook) expire(now time.Time) {
 		}
 		b.order = keep
 	}
+}
+
+// pending is how many charges wait to be sent (b.mu held).
+func (b *chargeBook) pending() int {
+	n := len(b.queue)
+	if b.first != nil {
+		n++
+	}
+	return n
 }
 
 // drop forgets tracked charge c (b.mu held).
@@ -261,7 +289,7 @@ func (s *Store) kickCharges() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.flushing || b.closed || len(b.queue) == 0 {
+	if b.flushing || b.closed || b.pending() == 0 {
 		return
 	}
 	b.flushing = true
@@ -273,22 +301,27 @@ func (s *Store) kickCharges() {
 }
 
 // flushCharges sends pending charges, oldest first, until none is left or
-// one fails (it stays pending, at the back: the next answer from Redis
-// starts again), or ctx is done, or, in the background, the store closes;
+// one fails (it stays pending, at the back, or first when its debit may
+// have landed: the next answer from Redis starts again), or ctx is done, or, in the background, the store closes;
 // then clears flushing.
 func (s *Store) flushCharges(ctx context.Context, background bool) {
 	b := &s.charges
 	for {
 		b.mu.Lock()
-		if len(b.queue) == 0 || ctx.Err() != nil || background && b.closed {
+		if b.pending() == 0 || ctx.Err() != nil || background && b.closed {
 			b.flushing = false
 			b.mu.Unlock()
 			return
 		}
-		c := b.queue[0]
-		b.queue[0] = nil
-		b.queue = b.queue[1:]
-		b.queued.Store(int64(len(b.queue)))
+		c := b.first
+		if c != nil {
+			b.first = nil
+		} else {
+			c = b.queue[0]
+			b.queue[0] = nil
+			b.queue = b.queue[1:]
+		}
+		b.queued.Store(int64(b.pending()))
 		c.state, c.done = chargeFlying, make(chan struct{})
 		rec, fresh := c.rec, c.fresh
 		b.mu.Unlock()
@@ -299,18 +332,27 @@ func (s *Store) flushCharges(ctx context.Context, background bool) {
 		c.tried = c.tried || debited
 		if err != nil {
 			// One whose debit may have landed goes first next time (its
-			// reconcile waits for it); one that never got that far goes
-			// to the back, so that a charge Redis keeps failing does not
-			// hold the others.
+			// reconcile waits for it), up to chargeFirstTries times in a
+			// row; any other goes to the back, so that a charge Redis
+			// keeps failing does not hold the others.
 			c.state = chargePending
-			if c.tried {
-				b.queue = append([]*charge{c}, b.queue...)
-			} else {
+			var rerr redis.Error
+			if errors.As(err, &rerr) {
+				c.refused++
+			}
+			switch c.fails++; {
+			case c.refused >= chargeMaxRefusals:
+				b.lost.Add(1)
+				b.drop(c)
+			case c.tried && c.fails <= chargeFirstTries:
+				b.first = c
+			default:
 				b.queue = append(b.queue, c)
 			}
-			b.queued.Store(int64(len(b.queue)))
+			b.queued.Store(int64(b.pending()))
 			b.flushing = false
 		} else {
+			c.fails = 0
 			c.state = chargeSent
 			b.nsent++
 			b.sent.Add(1)
@@ -354,7 +396,8 @@ func (s *Store) sendCharge(ctx context.Context, r llmrate.AdmitRequest, rec *llm
 			}
 			rr := *rec
 			rr.Receipt = ""
-			return true, s.reconcileRedis(ctx, rr, false)
+			err := s.reconcileRedis(ctx, rr, false)
+			return !errors.Is(err, errDown), err // errDown: refused by the breaker, nothing sent
 		}
 	}
 	c := llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model,
@@ -366,7 +409,8 @@ func (s *Store) sendCharge(ctx context.Context, r llmrate.AdmitRequest, rec *llm
 		}
 		c.Actual, c.InputActual, c.OutputActual = rec.Actual, rec.InputActual, rec.OutputActual
 	}
-	return true, s.reconcileRedis(ctx, c, true)
+	err = s.reconcileRedis(ctx, c, true)
+	return !errors.Is(err, errDown), err // errDown: refused by the breaker, nothing sent
 }
 
 // closeCharges stops charging in the background and sends what is pending
@@ -382,7 +426,11 @@ func (s *Store) closeCharges(ctx context.Context) {
 	b.mu.Unlock()
 	s.flushCharges(ctx, false)
 	b.mu.Lock()
-	b.lost.Add(int64(len(b.queue)))
+	b.lost.Add(int64(b.pending()))
+	if b.first != nil {
+		b.drop(b.first)
+		b.first = nil
+	}
 	for _, c := range b.queue {
 		b.drop(c)
 	}

@@ -446,3 +446,79 @@ func TestChargeThatMayHaveLandedGoesFirst(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(20_000-5_000), pd.Remaining[llmrate.WorkspaceTokens], "Redis holds what the request consumed")
 }
+
+// alwaysFailCharge fails every charge script (mode "c") carrying id, as a
+// per-key error would (WRONGTYPE on that tenant's entry, its cluster slot
+// unreachable, a script error on its figures).
+type alwaysFailCharge struct {
+	id    string
+	fails atomic.Int64
+}
+
+func (h *alwaysFailCharge) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *alwaysFailCharge) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			args := cmd.Args()
+			if slices.Contains(args, any("c")) && slices.ContainsFunc(args, func(a any) bool {
+				s, ok := a.(string)
+				return ok && strings.Contains(s, h.id)
+			}) {
+				h.fails.Add(1)
+				err := wrongType{}
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *alwaysFailCharge) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestFailingChargeDoesNotHoldOthers: one charge whose debit Redis keeps
+// refusing (a per-key error) is tried first a few times, since its debit
+// may have landed, then goes to the back: the other fallback admissions
+// are charged (review reproducer: 0 of 20 after 200 answered calls, the
+// bad one tried first every time).
+func TestFailingChargeDoesNotHoldOthers(t *testing.T) {
+	_, p, c := faultyRedis(t)
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0))
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	_, err := s.Admit(ctx, soloReq("sk-warm", 1))
+	require.NoError(t, err)
+	p.setDown(true)
+	a := soloReq("sk-bad", 1)
+	d, err := s.Admit(ctx, a)
+	require.NoError(t, err)
+	require.Equal(t, "local", d.Receipt)
+	for range 20 {
+		d, err := s.Admit(ctx, soloReq("sk-other", 1))
+		require.NoError(t, err)
+		require.Equal(t, "local", d.Receipt)
+	}
+	h := &alwaysFailCharge{id: a.ID}
+	c.AddHook(h)
+	p.setDown(false)
+	for range 200 { // Redis answers 200 calls: each starts the flusher
+		_, err := s.Admit(ctx, soloReq("sk-b", 1))
+		require.NoError(t, err)
+		s.WaitCharges()
+	}
+	sent, lost := s.Charges()
+	t.Logf("after 200 answered calls: %d charges sent, %d lost, the bad one tried %d times, %d errors counted", sent, lost, h.fails.Load(), s.Errors())
+	require.Equal(t, int64(20), sent, "the 20 other tenants' fallback admissions are charged to Redis")
+	assert.Equal(t, int64(1), lost, "the refused one given up, counted")
+	assert.Equal(t, int64(3), h.fails.Load(), "and tried three times, not once per answer from Redis")
+}
+
+// wrongType is an error Redis answers with (go-redis's redis.Error).
+type wrongType struct{}
+
+func (wrongType) Error() string {
+	return "WRONGTYPE Operation against a key holding the wrong kind of value"
+}
+func (wrongType) RedisError() {}

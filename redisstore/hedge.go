@@ -12,8 +12,9 @@ import (
 )
 
 // Hedging: a call whose every admission and reconcile has an identity
-// (the calls the store may resend) and that is still unanswered after the
-// hedge delay is sent again, on another connection, with the same
+// (the calls the store may resend) and that is still unanswered after its
+// first attempt's wait (a few hedge delays: see inline), then after each
+// hedge delay, is sent again, on another connection, with the same
 // identities; Redis answers a repeat with its first answer and applies
 // nothing twice, so whichever answer comes first is the call's, and a
 // later one is discarded. This is what decides a call whose reply was
@@ -297,8 +298,21 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 // inlineFactor is how many hedge delays a lone call's first attempt waits
 // for its reply on the caller's goroutine (inline) before it is sent
 // again: more than one, since a reply later than that costs its
-// connection, not only a hedge.
-const inlineFactor = 4
+// connection, not only a hedge. With other calls in flight the wait is
+// inlineBusyFactor delays, at least inlineBusyFloor: those calls may queue
+// for a connection of the pool and its handshake within their first
+// attempt's time (a burst after a quiet spell, its delay learned at one
+// call at a time, closed a fifth of the pool's connections at four
+// delays, and under the race detector still timed out at 10 ms), and a
+// stall times them all out at once. Both are capped at half the time the
+// call has: at the default WithTimeout (30 ms) the busy wait is that half,
+// 15 ms; the floor matters with a longer WithTimeout, where half of it
+// would leave a lost reply waiting long.
+const (
+	inlineFactor     = 4
+	inlineBusyFactor = 16
+	inlineBusyFloor  = 50 * time.Millisecond
+)
 
 // inline runs a call's first attempt on the caller's goroutine, with no
 // goroutine, channel or timer of its own: handing each reply from an
@@ -308,22 +322,21 @@ const inlineFactor = 4
 // of an admission through the middleware (BENCHMARKS.md, "Every first
 // attempt inline"). A lone call (no other hedgeable call of this store in
 // flight) awaits its reply for inlineFactor hedge delays (four times the
-// 99th percentile of recent answers), at most half the time the call has;
-// with others in flight, half the time the call has: those may queue for
-// a connection of the pool, or a handshake, within their first attempt's
-// time, and a stall of Redis times them all out together, so a wait of a
-// few delays would close a connection for each (go-redis, with
-// ContextTimeoutEnabled, bounds the read by the attempt's deadline and
-// then closes the connection, its late reply with it). done is false when
+// 99th percentile of recent answers), with others in flight for
+// inlineBusyFactor delays and at least inlineBusyFloor, at most half the
+// time the call has either way (go-redis, with ContextTimeoutEnabled,
+// bounds the read by the attempt's deadline and then closes the
+// connection, its late reply with it). done is false when
 // that passed with no reply and time is left for hedged to send the call
 // again, with its identity, as a hedge would (err is then the attempt's
 // timeout), or when the call has too little time for an attempt inline
 // (err is nil: none was made, and hedged makes the first).
 func (s *Store) inline(ctx context.Context, script *redis.Script, keys []string, args []any, lone bool) (v any, err error, done bool) {
 	left := timeLeft(ctx)
-	d := left / 2
+	delay := s.hedge.delayFor(ctx, s.timeout)
+	d := min(max(inlineBusyFactor*delay, inlineBusyFloor), left/2)
 	if lone {
-		d = min(inlineFactor*s.hedge.delayFor(ctx, s.timeout), d)
+		d = min(inlineFactor*delay, left/2)
 	}
 	if d < hedgeMinDelay {
 		return nil, nil, false // too little time to wait and send again: hedged makes the first attempt

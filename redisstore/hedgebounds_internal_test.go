@@ -2,9 +2,15 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/faultproxy"
+	"github.com/llmrate/llmrate/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -87,4 +93,52 @@ func TestHedgeBounds(t *testing.T) {
 		h.called()
 	}
 	assert.True(t, h.take(), "a new window: the budget starts afresh")
+}
+
+// TestHedgeCountersSettleAfterStalls: after stalls under 64 calls (resends
+// refused by take and connFree, resends sent, callers cancelling early),
+// every counter of the hedger comes back to rest once the attempts ended:
+// a leaked in-flight count would stop hedging for good.
+func TestHedgeCountersSettleAfterStalls(t *testing.T) {
+	srv := redistest.Start(t)
+	p, err := faultproxy.New(srv.Addr, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	for _, pool := range []int{256, 20} {
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: pool})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := New(c, WithPrefix("hcs"+strconv.Itoa(pool)), WithHashKey([]byte("hedge-counters-secret-0")), WithBatching(1), WithFallbackLocal(), WithTimeout(100*time.Millisecond))
+		require.NoError(t, err)
+		ctx := context.Background()
+		req := func(k string) llmrate.AdmitRequest {
+			l := llmrate.Limits{RequestsPerMinute: 1e6, TokensPerMinute: 1e9}
+			return llmrate.AdmitRequest{Key: k, Workspace: k, KeyLimits: l, WorkspaceLimits: l, Tokens: 1, Solo: true, Now: time.Now(), ID: llmrate.NewAdmissionID()}
+		}
+		_, err = s.Admit(ctx, req("warm"))
+		require.NoError(t, err)
+		for round := range 4 {
+			require.NoError(t, p.Set(faultproxy.Faults{SpikeReply: 1, Spike: 80 * time.Millisecond}))
+			off := time.AfterFunc(30*time.Millisecond, func() { _ = p.Set(faultproxy.Faults{}) })
+			var wg sync.WaitGroup
+			for i := range 64 {
+				wg.Go(func() {
+					cctx, cancel := context.WithCancel(ctx)
+					defer cancel()
+					if i%8 == 0 { // a caller that gives up early
+						time.AfterFunc(time.Duration(5+round*5)*time.Millisecond, cancel)
+					}
+					_, _ = s.Admit(cctx, req("k"+strconv.Itoa(i)))
+				})
+			}
+			wg.Wait()
+			off.Stop()
+			_ = p.Set(faultproxy.Faults{})
+		}
+		require.Eventually(t, func() bool { // every attempt past its deadline (the call's + WithTimeout); the fallback's charges, sent meanwhile, come and go
+			return s.hedge.inFlight.Load() == 0 && s.hedge.active.Load() == 0
+		}, 5*time.Second, time.Millisecond, "hedges and calls in flight back to 0")
+		t.Logf("pool %d: hedges %d, inFlight %d, active %d, spent %d, calls %d", pool, s.Hedges(), s.hedge.inFlight.Load(), s.hedge.active.Load(), s.hedge.spent.Load(), s.hedge.calls.Load())
+		require.GreaterOrEqual(t, s.hedge.spent.Load(), int64(0))
+		_ = s.Close(ctx)
+	}
 }

@@ -195,7 +195,8 @@
 // peer: nothing closes or resets, so nothing tells go-redis) is hedged: a
 // call whose every admission and reconcile has an identity (releases,
 // slot refreshes and lease returns, which apply at most once by
-// themselves, too) and that is still unanswered after the hedge delay is
+// themselves, too) and that is still unanswered after a few hedge delays
+// (its first attempt's wait, below; then one delay between hedges) is
 // sent again on another connection, carrying the same identities; the
 // first answer wins and a later one is discarded, on every path (plain,
 // batched, gauged, leased renewals). The delay is the 99th percentile of
@@ -227,9 +228,9 @@
 // own (handing a reply across goroutines cost about a fifth of the
 // throughput of one caller, and at 64 callers doubled the tail). A lone
 // call (no other call of this store that may hedge in flight) waits four
-// hedge delays for its reply, at most half the time the call has; with
-// others in flight, half the time the call has (they may queue for the
-// pool's connections within it, and a stall times them all out at once).
+// hedge delays for its reply; with others in flight, sixteen and at least
+// 50 ms (they may queue for the pool's connections within it, and a stall
+// times them all out at once); at most half the time the call has.
 // Past that its connection is closed (go-redis closes a connection whose
 // read deadline passed, its late reply with it) and the call is sent
 // again, on a hedge's terms (not while the breaker is open, nor when Redis
@@ -237,8 +238,8 @@
 // as its first hedge: a lone call's is not drawn from the hedges' budget
 // below, since it replaces an attempt that has ended and is alone; with
 // others in flight it is a hedge within the bounds, or the call fails (so
-// a stall longer than half the calls' time sends at most the bounds' worth
-// again, and the rest to the fallback). From then on (and on other
+// a stall longer than that wait sends at most the bounds' worth again, and
+// the rest to the fallback). From then on (and on other
 // clients from the first attempt) each attempt runs on a goroutine of its
 // own, and reads until its call's deadline plus
 // WithTimeout: one that lost the race keeps its connection when its answer

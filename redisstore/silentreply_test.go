@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -321,4 +323,65 @@ func TestSilentReplyAfterAQuietSpell(t *testing.T) {
 	assert.Empty(t, d.Receipt, "decided by Redis, not the fallback")
 	assert.Zero(t, s.Errors())
 	assert.Equal(t, int64(1), s.Hedges())
+}
+
+// sleepNext, once armed, delays the next script call by d (another
+// tenant's call in flight meanwhile), closing in when it starts.
+type sleepNext struct {
+	armed atomic.Bool
+	d     time.Duration
+	in    chan struct{}
+}
+
+func (h *sleepNext) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *sleepNext) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && h.armed.CompareAndSwap(true, false) {
+			close(h.in)
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *sleepNext) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestSilentReplyWithAnotherCallInFlight: with another call in flight, a
+// silently lost reply is sent again after inlineBusyFactor hedge delays
+// (at least 50 ms), not half of the call's time: with a WithTimeout of
+// 1 s, a wait of about 50 ms rather than 500 (review reproducer: 501 ms).
+func TestSilentReplyWithAnotherCallInFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	p, err := faultproxy.New(srv.Addr, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	c := redisrig.ContextClient(t, p.Addr())
+	h := &sleepNext{d: 25 * time.Millisecond, in: make(chan struct{})}
+	c.AddHook(h)
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(), redisstore.WithBatching(1), redisstore.WithTimeout(time.Second))
+	ctx := context.Background()
+	for range 2100 { // the delay learned (at its floor: a local Redis)
+		_, err := s.Admit(ctx, soloReq("sk-learn", 0))
+		require.NoError(t, err)
+	}
+	lost := func() (time.Duration, string) {
+		p.SilenceNext(1)
+		t0 := time.Now()
+		d, err := s.Admit(ctx, soloReq("sk-target", 1))
+		require.NoError(t, err)
+		return time.Since(t0), d.Receipt
+	}
+	alone, _ := lost()
+	done := make(chan struct{})
+	h.armed.Store(true)
+	go func() {
+		defer close(done)
+		_, _ = s.Admit(ctx, soloReq("sk-hold", 1)) // another tenant's call, in flight 25 ms
+	}()
+	<-h.in
+	withOther, receipt := lost()
+	<-done
+	t.Logf("a silently lost reply: %v alone, %v with one other call in flight (receipt %q, hedges %d)", alone, withOther, receipt, s.Hedges())
+	require.Less(t, withOther, 100*time.Millisecond, "with another call in flight a lost reply is sent again after at most 50 ms (16 delays at the floor), not half of a long WithTimeout")
 }
