@@ -122,12 +122,14 @@ func (b *bucket) pwait(n, rate, capacity int64, limit time.Duration, period uint
 }
 
 // lower sets b to level when b holds more, dropping its fraction; a level
-// below the debt floor (−2 × capacity) is taken at the floor.
-func (b *bucket) lower(level, capacity int64) {
+// below the debt floor (−2 × capacity) is taken at the floor. It reports
+// whether b now holds that level (it held it or more: b was no lower).
+func (b *bucket) lower(level, capacity int64) bool {
 	level = max(level, -2*capacity)
 	if level < b.level {
 		b.level, b.frac = level, 0
 	}
+	return b.level == level
 }
 
 // adjust applies a reconcile: delta > 0 debits forward (the level may go

@@ -1065,12 +1065,11 @@ func (s *MemoryStore) Follow(r AdmitRequest, d Decision) {
 // holds spending of this store's own that the shared store has not seen
 // (yet): it is not marked.
 func (e *entry) lower(req, tok int64, lim *Limits) {
-	rc, tc := 2*lim.RequestsPerMinute, 2*lim.TokensPerMinute
-	copyOf := e.mark.followed() || e.req.level >= max(req, -2*rc) && e.tok.level >= max(tok, -2*tc)
-	e.req.lower(req, rc)
-	e.tok.lower(tok, tc)
+	copyOf := e.mark.followed() // settle clears it
+	reqAt := e.req.lower(req, 2*lim.RequestsPerMinute)
+	tokAt := e.tok.lower(tok, 2*lim.TokensPerMinute)
 	e.settle(lim)
-	if copyOf {
+	if copyOf || reqAt && tokAt {
 		e.mark |= markFollowed
 	}
 }

@@ -270,7 +270,6 @@ func (s *Store) chargeReconcile(ctx context.Context, r llmrate.ReconcileRequest)
 		return nil
 	}
 	b.mu.Unlock()
-	r.Receipt = ""
 	if err := s.reconcileRedis(ctx, r, false); err != nil {
 		return err // the limiter retries: the fallback applies it once, Redis once
 	}
@@ -302,8 +301,8 @@ func (s *Store) kickCharges() {
 
 // flushCharges sends pending charges, oldest first, until none is left or
 // one fails (it stays pending, at the back, or first when its debit may
-// have landed: the next answer from Redis starts again), or ctx is done, or, in the background, the store closes;
-// then clears flushing.
+// have landed: the next answer from Redis starts again), or ctx is done,
+// or, in the background, the store closes; then clears flushing.
 func (s *Store) flushCharges(ctx context.Context, background bool) {
 	b := &s.charges
 	for {
@@ -352,7 +351,6 @@ func (s *Store) flushCharges(ctx context.Context, background bool) {
 			b.queued.Store(int64(b.pending()))
 			b.flushing = false
 		} else {
-			c.fails = 0
 			c.state = chargeSent
 			b.nsent++
 			b.sent.Add(1)
@@ -380,6 +378,7 @@ func (s *Store) sendCharge(ctx context.Context, r llmrate.AdmitRequest, rec *llm
 	if !s.up(ctx) {
 		return false, errDown
 	}
+	decided := false // by Redis itself: only rec is due there
 	if !fresh {
 		_, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 		kind := byte('a')
@@ -390,26 +389,26 @@ func (s *Store) sendCharge(ctx context.Context, r llmrate.AdmitRequest, rec *llm
 		if err != nil {
 			return false, err
 		}
-		if n, _ := v.(int64); n == 1 {
-			if rec == nil {
-				return false, nil // Redis debited it: its reconcile goes there
-			}
-			rr := *rec
-			rr.Receipt = ""
-			err := s.reconcileRedis(ctx, rr, false)
-			return !errors.Is(err, errDown), err // errDown: refused by the breaker, nothing sent
+		n, _ := v.(int64)
+		decided = n == 1
+	}
+	var c llmrate.ReconcileRequest
+	switch {
+	case decided && rec == nil:
+		return false, nil // Redis debited it: its reconcile goes there
+	case decided:
+		c = *rec
+	case rec != nil && rec.Refund:
+		return false, nil // not forwarded after all: nothing consumed
+	default:
+		c = llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model,
+			KeyLimits: r.KeyLimits, WorkspaceLimits: r.WorkspaceLimits, Solo: r.Solo, ID: r.ID,
+			Actual: r.Tokens, InputActual: max(0, r.InputTokens)}
+		if rec != nil {
+			c.Actual, c.InputActual, c.OutputActual = rec.Actual, rec.InputActual, rec.OutputActual
 		}
 	}
-	c := llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model,
-		KeyLimits: r.KeyLimits, WorkspaceLimits: r.WorkspaceLimits, Solo: r.Solo, ID: r.ID,
-		Actual: r.Tokens, InputActual: max(0, r.InputTokens)}
-	if rec != nil {
-		if rec.Refund {
-			return false, nil // not forwarded after all: nothing consumed
-		}
-		c.Actual, c.InputActual, c.OutputActual = rec.Actual, rec.InputActual, rec.OutputActual
-	}
-	err = s.reconcileRedis(ctx, c, true)
+	err = s.reconcileRedis(ctx, c, !decided)
 	return !errors.Is(err, errDown), err // errDown: refused by the breaker, nothing sent
 }
 

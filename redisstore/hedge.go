@@ -334,10 +334,11 @@ const (
 func (s *Store) inline(ctx context.Context, script *redis.Script, keys []string, args []any, lone bool) (v any, err error, done bool) {
 	left := timeLeft(ctx)
 	delay := s.hedge.delayFor(ctx, s.timeout)
-	d := min(max(inlineBusyFactor*delay, inlineBusyFloor), left/2)
-	if lone {
-		d = min(inlineFactor*delay, left/2)
+	d := inlineFactor * delay
+	if !lone {
+		d = max(inlineBusyFactor*delay, inlineBusyFloor)
 	}
+	d = min(d, left/2)
 	if d < hedgeMinDelay {
 		return nil, nil, false // too little time to wait and send again: hedged makes the first attempt
 	}
