@@ -143,26 +143,34 @@ func TestFallbackChargeSkipsWhatRedisDecided(t *testing.T) {
 	}
 }
 
-// chargeHang makes the proxy hold every reply (p.hang) from the next
-// charge script sent while armed (its mode argument "c") on: Redis runs
-// it, its reply never comes back.
-type chargeHang struct {
-	armed atomic.Bool
-	p     *faultProxy
-}
+// scriptHook runs before every script call (EVALSHA or EVAL) a client
+// sends; an error it returns fails the call, as Redis or the network would.
+type scriptHook func(cmd redis.Cmder) error
 
-func (h *chargeHang) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *chargeHang) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); (n == "evalsha" || n == "eval") && h.armed.Load() && slices.Contains(cmd.Args(), any("c")) {
-			h.armed.Store(false)
-			h.p.hang.Store(true)
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			if err := h(cmd); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
 		}
 		return next(ctx, cmd)
 	}
 }
-func (h *chargeHang) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// isCharge reports whether script call cmd is a charge (its mode argument
+// "c"), of the admission with identity id when id is not empty.
+func isCharge(cmd redis.Cmder, id string) bool {
+	args := cmd.Args()
+	return slices.Contains(args, any("c")) && (id == "" || slices.ContainsFunc(args, func(a any) bool {
+		s, ok := a.(string)
+		return ok && strings.Contains(s, id)
+	}))
 }
 
 // TestChargeFixedOnceSent: a charge Redis applied but whose reply was lost
@@ -172,8 +180,13 @@ func (h *chargeHang) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // goes to Redis: Redis holds what the request consumed.
 func TestChargeFixedOnceSent(t *testing.T) {
 	srv, p, c := faultyRedis(t)
-	h := &chargeHang{p: p}
-	c.AddHook(h)
+	var armed atomic.Bool // from the next charge on, the proxy holds every reply: Redis runs it, its reply never comes
+	c.AddHook(scriptHook(func(cmd redis.Cmder) error {
+		if armed.Load() && isCharge(cmd, "") && armed.CompareAndSwap(true, false) {
+			p.hang.Store(true)
+		}
+		return nil
+	}))
 	prefix := redisrig.Prefix()
 	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
 		redisstore.WithTimeout(100*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0))
@@ -188,7 +201,7 @@ func TestChargeFixedOnceSent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "local", da.Receipt)
 	p.setDown(false)
-	h.armed.Store(true)
+	armed.Store(true)
 	_, err = s.Admit(ctx, soloReq("sk-b", 1)) // Redis answers: the charge goes, is applied, its reply held
 	require.NoError(t, err)
 	s.WaitCharges()
@@ -214,33 +227,18 @@ func TestChargeFixedOnceSent(t *testing.T) {
 	assert.Equal(t, int64(2_000-1-1), pd.Remaining[llmrate.WorkspaceRequests], "its request charged once (and the probe's)")
 }
 
-// slowScripts delays every script call by d while on (a Redis that far
-// away).
-type slowScripts struct {
-	d  time.Duration
-	on atomic.Bool
-}
-
-func (h *slowScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); h.on.Load() && (n == "evalsha" || n == "eval") {
-			time.Sleep(h.d)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *slowScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // TestCloseChargesWithinItsContext: Close sends the pending charges only
 // until its context is done, background flusher included; the rest are
 // counted lost.
 func TestCloseChargesWithinItsContext(t *testing.T) {
 	_, p, c := faultyRedis(t)
-	slow := &slowScripts{d: 20 * time.Millisecond}
-	c.AddHook(slow)
+	var slow atomic.Bool // every script call 20 ms late: a Redis that far away
+	c.AddHook(scriptHook(func(redis.Cmder) error {
+		if slow.Load() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return nil
+	}))
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
 		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(20*time.Millisecond))
 	ctx := context.Background()
@@ -253,7 +251,7 @@ func TestCloseChargesWithinItsContext(t *testing.T) {
 		local++
 	}
 	p.setDown(false)
-	slow.on.Store(true)
+	slow.Store(true)
 	require.Eventually(t, func() bool { // a probe gets through and starts the flusher: 200 charges or more, two calls of 20 ms each
 		d, err := s.Admit(ctx, soloReq("sk-b", 1))
 		if d.Receipt == "local" {
@@ -358,43 +356,6 @@ func TestAdmissionWithoutIDChargeCountedLost(t *testing.T) {
 	assert.Equal(t, [2]int64{0, 1}, [2]int64{sent, lost})
 }
 
-// failCharge fails the first charge script (mode "c") for admission id
-// sent while armed, as a connection reset would, and slows every script
-// call by d while slow is set.
-type failCharge struct {
-	id    string
-	armed atomic.Bool
-	fired chan struct{}
-	d     time.Duration
-	slow  atomic.Bool
-}
-
-func (h *failCharge) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *failCharge) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n != "evalsha" && n != "eval" {
-			return next(ctx, cmd)
-		}
-		args := cmd.Args()
-		if h.armed.Load() && slices.Contains(args, any("c")) && slices.ContainsFunc(args, func(a any) bool {
-			s, ok := a.(string)
-			return ok && strings.Contains(s, h.id)
-		}) && h.armed.CompareAndSwap(true, false) {
-			close(h.fired)
-			err := errors.New("injected: connection reset")
-			cmd.SetErr(err)
-			return err
-		}
-		if h.slow.Load() {
-			time.Sleep(h.d)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *failCharge) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // TestChargeThatMayHaveLandedGoesFirst: a charge whose debit was sent and
 // failed goes first the next time Redis answers, ahead of the hundreds
 // queued behind it, so that its reconcile (which fails until the charge
@@ -422,16 +383,28 @@ func TestChargeThatMayHaveLandedGoesFirst(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "local", d.Receipt)
 	}
-	h := &failCharge{id: a.ID, fired: make(chan struct{}), d: 10 * time.Millisecond} // the 300 take 6 s to drain
-	c.AddHook(h)
-	h.armed.Store(true)
-	h.slow.Store(true)
+	// a's charge fails once, as a connection reset would; every script
+	// call is 10 ms late, so the 300 take 6 s to drain.
+	var armed, slow atomic.Bool
+	fired := make(chan struct{})
+	c.AddHook(scriptHook(func(cmd redis.Cmder) error {
+		if armed.Load() && isCharge(cmd, a.ID) && armed.CompareAndSwap(true, false) {
+			close(fired)
+			return errors.New("injected: connection reset")
+		}
+		if slow.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil
+	}))
+	armed.Store(true)
+	slow.Store(true)
 	p.setDown(false)
 	require.Eventually(t, func() bool {
 		d, err := s.Admit(ctx, soloReq("sk-b", 1))
 		return err == nil && d.Receipt == ""
 	}, 5*time.Second, 5*time.Millisecond)
-	<-h.fired // a's debit sent, and failed: it may have landed
+	<-fired // a's debit sent, and failed: it may have landed
 	rec := llmrate.ReconcileRequest{Key: a.Key, Workspace: a.Workspace, KeyLimits: solo1k, WorkspaceLimits: solo1k,
 		Estimate: 100, Actual: 5_000, Solo: true, Now: frozen(), ID: a.ID, Receipt: da.Receipt}
 	require.Eventually(t, func() bool { // the limiter's retries: a few seconds
@@ -445,36 +418,6 @@ func TestChargeThatMayHaveLandedGoesFirst(t *testing.T) {
 	pd, err := probe.Admit(ctx, soloReq("sk-a", 0))
 	require.NoError(t, err)
 	assert.Equal(t, int64(20_000-5_000), pd.Remaining[llmrate.WorkspaceTokens], "Redis holds what the request consumed")
-}
-
-// alwaysFailCharge fails every charge script (mode "c") carrying id, as a
-// per-key error would (WRONGTYPE on that tenant's entry, its cluster slot
-// unreachable, a script error on its figures).
-type alwaysFailCharge struct {
-	id    string
-	fails atomic.Int64
-}
-
-func (h *alwaysFailCharge) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *alwaysFailCharge) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			args := cmd.Args()
-			if slices.Contains(args, any("c")) && slices.ContainsFunc(args, func(a any) bool {
-				s, ok := a.(string)
-				return ok && strings.Contains(s, h.id)
-			}) {
-				h.fails.Add(1)
-				err := wrongType{}
-				cmd.SetErr(err)
-				return err
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *alwaysFailCharge) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestFailingChargeDoesNotHoldOthers: one charge whose debit Redis keeps
@@ -500,8 +443,14 @@ func TestFailingChargeDoesNotHoldOthers(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "local", d.Receipt)
 	}
-	h := &alwaysFailCharge{id: a.ID}
-	c.AddHook(h)
+	var fails atomic.Int64 // Redis refuses every charge of a (an error of its own: WRONGTYPE on its entry)
+	c.AddHook(scriptHook(func(cmd redis.Cmder) error {
+		if isCharge(cmd, a.ID) {
+			fails.Add(1)
+			return wrongType{}
+		}
+		return nil
+	}))
 	p.setDown(false)
 	for range 200 { // Redis answers 200 calls: each starts the flusher
 		_, err := s.Admit(ctx, soloReq("sk-b", 1))
@@ -509,10 +458,10 @@ func TestFailingChargeDoesNotHoldOthers(t *testing.T) {
 		s.WaitCharges()
 	}
 	sent, lost := s.Charges()
-	t.Logf("after 200 answered calls: %d charges sent, %d lost, the bad one tried %d times, %d errors counted", sent, lost, h.fails.Load(), s.Errors())
+	t.Logf("after 200 answered calls: %d charges sent, %d lost, the bad one tried %d times, %d errors counted", sent, lost, fails.Load(), s.Errors())
 	require.Equal(t, int64(20), sent, "the 20 other tenants' fallback admissions are charged to Redis")
 	assert.Equal(t, int64(1), lost, "the refused one given up, counted")
-	assert.Equal(t, int64(3), h.fails.Load(), "and tried three times, not once per answer from Redis")
+	assert.Equal(t, int64(3), fails.Load(), "and tried three times, not once per answer from Redis")
 }
 
 // wrongType is an error Redis answers with (go-redis's redis.Error).

@@ -325,28 +325,6 @@ func TestSilentReplyAfterAQuietSpell(t *testing.T) {
 	assert.Equal(t, int64(1), s.Hedges())
 }
 
-// sleepNext, once armed, delays the next script call by d (another
-// tenant's call in flight meanwhile), closing in when it starts.
-type sleepNext struct {
-	armed atomic.Bool
-	d     time.Duration
-	in    chan struct{}
-}
-
-func (h *sleepNext) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *sleepNext) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); (n == "evalsha" || n == "eval") && h.armed.CompareAndSwap(true, false) {
-			close(h.in)
-			time.Sleep(h.d)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *sleepNext) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // TestSilentReplyWithAnotherCallInFlight: with another call in flight, a
 // silently lost reply is sent again after inlineBusyFactor hedge delays
 // (at least 50 ms), not half of the call's time: with a WithTimeout of
@@ -357,8 +335,15 @@ func TestSilentReplyWithAnotherCallInFlight(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	c := redisrig.ContextClient(t, p.Addr())
-	h := &sleepNext{d: 25 * time.Millisecond, in: make(chan struct{})}
-	c.AddHook(h)
+	var armed atomic.Bool // the next script call waits 25 ms before it is sent: another call in flight meanwhile
+	in := make(chan struct{})
+	c.AddHook(scriptHook(func(redis.Cmder) error {
+		if armed.CompareAndSwap(true, false) {
+			close(in)
+			time.Sleep(25 * time.Millisecond)
+		}
+		return nil
+	}))
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(), redisstore.WithBatching(1), redisstore.WithTimeout(time.Second))
 	ctx := context.Background()
 	for range 2100 { // the delay learned (at its floor: a local Redis)
@@ -374,12 +359,12 @@ func TestSilentReplyWithAnotherCallInFlight(t *testing.T) {
 	}
 	alone, _ := lost()
 	done := make(chan struct{})
-	h.armed.Store(true)
+	armed.Store(true)
 	go func() {
 		defer close(done)
 		_, _ = s.Admit(ctx, soloReq("sk-hold", 1)) // another tenant's call, in flight 25 ms
 	}()
-	<-h.in
+	<-in
 	withOther, receipt := lost()
 	<-done
 	t.Logf("a silently lost reply: %v alone, %v with one other call in flight (receipt %q, hedges %d)", alone, withOther, receipt, s.Hedges())
