@@ -2,6 +2,7 @@ package llmrate_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"sync"
 	"testing"
@@ -121,4 +122,31 @@ func TestFailedReconcileRetried(t *testing.T) {
 	defer obs.mu.Unlock()
 	require.Len(t, obs.failOpens, 1)
 	assert.Equal(t, "reconcile", obs.failOpens[0].Op)
+}
+
+// TestAdmissionIDsUniqueAcrossGoroutines: identities drawn at once on
+// many goroutines (each runtime thread has a generator of its own) are
+// 22 base64url bytes holding 16 bytes, and no two are alike.
+func TestAdmissionIDsUniqueAcrossGoroutines(t *testing.T) {
+	const goroutines, each = 8, 20000
+	got := make([][]string, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for range each {
+				got[g] = append(got[g], llmrate.NewAdmissionID())
+			}
+		})
+	}
+	wg.Wait()
+	seen := make(map[string]bool, goroutines*each)
+	for _, ids := range got {
+		for _, id := range ids {
+			b, err := base64.RawURLEncoding.DecodeString(id)
+			require.NoError(t, err, "%q", id)
+			require.Len(t, b, 16, "%q", id)
+			require.False(t, seen[id], "%q drawn twice", id)
+			seen[id] = true
+		}
+	}
 }
