@@ -97,10 +97,10 @@ func latUpper(i int) time.Duration {
 	return time.Duration((4+sub+1)<<(e-3) - 1)
 }
 
-// observe records the latency of an answered call.
-func (h *hedger) observe(d time.Duration) {
+// observe records the latency d of a call answered at end.
+func (h *hedger) observe(d time.Duration, end time.Time) {
 	h.hist[latIndex(d)].Add(1)
-	if now := mono(time.Now()); now-h.answered.Load() > int64(hedgeAnsweredGrain) {
+	if now := mono(end); now-h.answered.Load() > int64(hedgeAnsweredGrain) {
 		h.answered.Store(now)
 	}
 }
@@ -111,9 +111,9 @@ func (h *hedger) observe(d time.Duration) {
 // the last success (consecutive is 0: on a gateway with little traffic,
 // the last call succeeded, however long ago). Not on a store's first
 // call, nor after a failure in the breaker's row while nothing answers: a
-// Redis that answers no one gets no hedges.
-func (s *Store) live() bool {
-	return s.hedge.answering(s.timeout) || s.hedge.answered.Load() != 0 && s.consecutive.Load() == 0
+// Redis that answers no one gets no hedges. now is the time.
+func (s *Store) live(now time.Time) bool {
+	return s.hedge.answering(now, s.timeout) || s.hedge.answered.Load() != 0 && s.consecutive.Load() == 0
 }
 
 // hedgeAnsweredGrain is how stale the time of the last answer may be (it
@@ -121,10 +121,10 @@ func (s *Store) live() bool {
 const hedgeAnsweredGrain = time.Millisecond
 
 // answering reports whether Redis answered an attempt of this store
-// within the last within.
-func (h *hedger) answering(within time.Duration) bool {
+// within the last within, as of now.
+func (h *hedger) answering(now time.Time, within time.Duration) bool {
 	a := h.answered.Load()
-	return a != 0 && mono(time.Now())-a <= int64(within+hedgeAnsweredGrain) // 0: never answered
+	return a != 0 && mono(now)-a <= int64(within+hedgeAnsweredGrain) // 0: never answered
 }
 
 // called counts a hedgeable call; every hedgeWindow calls it learns the
@@ -158,13 +158,13 @@ func (h *hedger) called() {
 	}
 }
 
-// delayFor is the hedge delay of a call that has until deadline: the
-// learned delay, bounded by [hedgeMinDelay, a quarter of the time the call
-// has].
-func (h *hedger) delayFor(ctx context.Context, timeout time.Duration) time.Duration {
+// delayFor is the hedge delay, at now, of a call that has until ctx's
+// deadline: the learned delay, bounded by [hedgeMinDelay, a quarter of the
+// time the call has].
+func (h *hedger) delayFor(ctx context.Context, now time.Time, timeout time.Duration) time.Duration {
 	hi := timeout
 	if dl, ok := ctx.Deadline(); ok {
-		hi = min(hi, time.Until(dl))
+		hi = min(hi, dl.Sub(now))
 	}
 	hi /= 4
 	d := time.Duration(h.delay.Load())
@@ -203,15 +203,15 @@ type attemptResult struct {
 // attempt still in flight then ends by ctx's deadline (or, on a client
 // without ContextTimeoutEnabled, by its read timeout, holding one of the
 // maxGuarded slots meanwhile), and its answer is discarded.
-func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
+func (s *Store) hedged(ctx context.Context, now time.Time, script *redis.Script, keys []string, args []any) (any, error) {
 	h := &s.hedge
 	h.called()
 	lone := h.active.Add(1) == 1
 	defer h.active.Add(-1)
 	hedges := 0
 	resend := false // the first attempt below is a hedge drawn from the bounds
-	if s.direct && !s.open.Load() && s.live() {
-		v, err, done := s.inline(ctx, script, keys, args, lone)
+	if s.direct && !s.open.Load() && s.live(now) {
+		v, err, done := s.inline(ctx, now, script, keys, args)
 		if done {
 			return v, err
 		}
@@ -246,7 +246,7 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 		return nil, errBusy
 	}
 	pending := 1
-	delay := h.delayFor(ctx, s.timeout)
+	delay := h.delayFor(ctx, time.Now(), s.timeout)
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	for {
@@ -269,7 +269,7 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 				}
 			default:
 			}
-			if !s.open.Load() && s.live() && timeLeft(ctx) >= delay && s.connFree() && h.take() {
+			if now := time.Now(); !s.open.Load() && s.live(now) && timeLeftAt(ctx, now) >= delay && s.connFree() && h.take() {
 				if s.launch(actx, ch, script, keys, args, true) {
 					hedges++
 					pending++
@@ -295,23 +295,26 @@ func (s *Store) hedged(ctx context.Context, script *redis.Script, keys []string,
 	}
 }
 
-// inlineFactor is how many hedge delays a lone call's first attempt waits
+// inlineWaitFactor is how many hedge delays a call's first attempt waits
 // for its reply on the caller's goroutine (inline) before it is sent
-// again: more than one, since a reply later than that costs its
-// connection, not only a hedge. With other calls in flight the wait is
-// inlineBusyFactor delays, at least inlineBusyFloor: those calls may queue
-// for a connection of the pool and its handshake within their first
-// attempt's time (a burst after a quiet spell, its delay learned at one
-// call at a time, closed a fifth of the pool's connections at four
-// delays, and under the race detector still timed out at 10 ms), and a
-// stall times them all out at once. Both are capped at half the time the
-// call has: at the default WithTimeout (30 ms) the busy wait is that half,
-// 15 ms; the floor matters with a longer WithTimeout, where half of it
-// would leave a lost reply waiting long.
+// again, at least inlineWaitFloor and at most half the time the call has:
+// at the default WithTimeout (30 ms) that half, 15 ms. More than one
+// delay: a reply later than the wait costs its connection, not only a
+// hedge; calls may queue for a connection of the pool and its handshake
+// within their first attempt's time (a burst after a quiet spell, its
+// delay learned at one call at a time, closed a fifth of the pool's
+// connections at four delays; under the race detector on a slower
+// machine, 64 dials through a proxy outlasted 50 ms), and a stall times
+// them all out at once. The floor matters with a longer WithTimeout,
+// where half of it would leave a lost reply waiting long. A lone call once
+// waited only four delays (2 ms at the delay's floor): a read deadline
+// that near cost about a tenth more of the client's CPU per admission at
+// one call at a time, and of its throughput (the runtime's timers and
+// poller, not this code; BENCHMARKS.md, "A near read deadline"); at
+// 15 ms and beyond, nothing measurable.
 const (
-	inlineFactor     = 4
-	inlineBusyFactor = 16
-	inlineBusyFloor  = 50 * time.Millisecond
+	inlineWaitFactor = 16
+	inlineWaitFloor  = 100 * time.Millisecond
 )
 
 // inline runs a call's first attempt on the caller's goroutine, with no
@@ -320,37 +323,32 @@ const (
 // at one call at a time (the wake-ups, on a machine whose cores Redis and
 // the gateway share), and at 64 calls at once doubled the 99th percentile
 // of an admission through the middleware (BENCHMARKS.md, "Every first
-// attempt inline"). A lone call (no other hedgeable call of this store in
-// flight) awaits its reply for inlineFactor hedge delays (four times the
-// 99th percentile of recent answers), with others in flight for
-// inlineBusyFactor delays and at least inlineBusyFloor, at most half the
-// time the call has either way (go-redis, with ContextTimeoutEnabled,
-// bounds the read by the attempt's deadline and then closes the
-// connection, its late reply with it). done is false when
+// attempt inline"). It awaits its reply for inlineWaitFactor hedge delays
+// (sixteen times the 99th percentile of recent answers), at least
+// inlineWaitFloor, at most half the time the call has (go-redis, with
+// ContextTimeoutEnabled, bounds the read by the attempt's deadline and
+// then closes the connection, its late reply with it). done is false when
 // that passed with no reply and time is left for hedged to send the call
 // again, with its identity, as a hedge would (err is then the attempt's
 // timeout), or when the call has too little time for an attempt inline
 // (err is nil: none was made, and hedged makes the first).
-func (s *Store) inline(ctx context.Context, script *redis.Script, keys []string, args []any, lone bool) (v any, err error, done bool) {
-	left := timeLeft(ctx)
-	delay := s.hedge.delayFor(ctx, s.timeout)
-	d := inlineFactor * delay
-	if !lone {
-		d = max(inlineBusyFactor*delay, inlineBusyFloor)
-	}
-	d = min(d, left/2)
+func (s *Store) inline(ctx context.Context, now time.Time, script *redis.Script, keys []string, args []any) (v any, err error, done bool) {
+	d := min(max(inlineWaitFactor*s.hedge.delayFor(ctx, now, s.timeout), inlineWaitFloor), timeLeftAt(ctx, now)/2)
 	if d < hedgeMinDelay {
 		return nil, nil, false // too little time to wait and send again: hedged makes the first attempt
 	}
-	v, err = s.attempt(attemptCtx{ctx, time.Now().Add(d)}, script, keys, args)
-	if err == nil || ctx.Err() != nil || !timedOut(err) || timeLeft(ctx) < hedgeMinDelay {
+	v, err = s.attempt(attemptCtx{ctx, now.Add(d)}, now, script, keys, args)
+	if err == nil || ctx.Err() != nil || !timedOut(err) {
+		return v, err, true
+	}
+	if now = time.Now(); timeLeftAt(ctx, now) < hedgeMinDelay {
 		return v, err, true
 	}
 	// Sent again only on the terms of a hedge: not while the breaker is
 	// open, nor when Redis has answered no call of this store within the
 	// last WithTimeout (a Redis that answers no one), where the call fails
 	// now instead of at its deadline.
-	if s.open.Load() || !s.live() {
+	if s.open.Load() || !s.live(now) {
 		return v, err, true
 	}
 	return nil, err, false
@@ -378,11 +376,11 @@ func (s *Store) connFree() bool {
 	return st.IdleConns > 0 || s.poolSize > 0 && int(st.TotalConns) < s.poolSize
 }
 
-// timeLeft is how long ctx has before its deadline (a long time when it
-// has none).
-func timeLeft(ctx context.Context) time.Duration {
+// timeLeftAt is how long ctx has, at now, before its deadline (a long
+// time when it has none).
+func timeLeftAt(ctx context.Context, now time.Time) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {
-		return time.Until(dl)
+		return dl.Sub(now)
 	}
 	return time.Hour
 }
@@ -429,7 +427,7 @@ func (s *Store) launch(ctx context.Context, ch chan<- attemptResult, script *red
 		if hedge {
 			defer s.hedge.inFlight.Add(-1)
 		}
-		v, err := s.attempt(ctx, script, keys, args)
+		v, err := s.attempt(ctx, time.Now(), script, keys, args)
 		ch <- attemptResult{v, err}
 	}()
 	return true
@@ -438,19 +436,20 @@ func (s *Store) launch(ctx context.Context, ch chan<- attemptResult, script *red
 // attempt sends an identified call, and sends it again on another
 // connection while its reply is lost to a closed or reset connection and
 // ctx allows (at most maxResends times); it records the latency of the
-// answer.
-func (s *Store) attempt(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
+// answer. start is the time now.
+func (s *Store) attempt(ctx context.Context, start time.Time, script *redis.Script, keys []string, args []any) (any, error) {
 	for try := 0; ; try++ {
-		start := time.Now()
 		v, err := script.Run(ctx, s.c, keys, args...).Result()
+		end := time.Now()
 		if err == nil {
-			s.hedge.observe(time.Since(start))
+			s.hedge.observe(end.Sub(start), end)
 			return v, nil
 		}
 		if try == maxResends || ctx.Err() != nil || !lostReply(err) {
 			return nil, err
 		}
 		s.resends.Add(1)
+		start = end
 	}
 }
 

@@ -43,28 +43,28 @@ func TestHedgeDelayLearned(t *testing.T) {
 			if i%1000 < slowPerMille {
 				d = 20 * time.Millisecond
 			}
-			h.observe(d)
+			h.observe(d, time.Now())
 			h.called()
 		}
 		return h
 	}
 	ctx := context.Background()
 	h := &hedger{}
-	assert.Equal(t, 30*time.Millisecond/4, h.delayFor(ctx, 30*time.Millisecond), "nothing learned: a quarter of the timeout")
+	assert.Equal(t, 30*time.Millisecond/4, h.delayFor(ctx, time.Now(), 30*time.Millisecond), "nothing learned: a quarter of the timeout")
 
 	slow := learn(15)
 	assert.Equal(t, latUpper(latIndex(20*time.Millisecond)), time.Duration(slow.delay.Load()), "p99 among the slow answers")
-	assert.Equal(t, 30*time.Millisecond/4, slow.delayFor(ctx, 30*time.Millisecond), "bounded by a quarter of the timeout")
-	assert.Equal(t, latUpper(latIndex(20*time.Millisecond)), slow.delayFor(ctx, time.Second))
+	assert.Equal(t, 30*time.Millisecond/4, slow.delayFor(ctx, time.Now(), 30*time.Millisecond), "bounded by a quarter of the timeout")
+	assert.Equal(t, latUpper(latIndex(20*time.Millisecond)), slow.delayFor(ctx, time.Now(), time.Second))
 
 	fast := learn(5)
 	assert.Equal(t, latUpper(latIndex(200*time.Microsecond)), time.Duration(fast.delay.Load()), "p99 among the fast answers")
-	assert.Equal(t, hedgeMinDelay, fast.delayFor(ctx, time.Second), "at least hedgeMinDelay")
-	assert.Equal(t, time.Millisecond/4, fast.delayFor(ctx, time.Millisecond), "unless the call has less than four of it")
+	assert.Equal(t, hedgeMinDelay, fast.delayFor(ctx, time.Now(), time.Second), "at least hedgeMinDelay")
+	assert.Equal(t, time.Millisecond/4, fast.delayFor(ctx, time.Now(), time.Millisecond), "unless the call has less than four of it")
 
 	short, cancel := context.WithTimeout(ctx, 40*time.Millisecond)
 	defer cancel()
-	assert.LessOrEqual(t, slow.delayFor(short, time.Second), 10*time.Millisecond, "a quarter of the caller's deadline when nearer")
+	assert.LessOrEqual(t, slow.delayFor(short, time.Now(), time.Second), 10*time.Millisecond, "a quarter of the caller's deadline when nearer")
 }
 
 // Hedges are bounded: at most hedgeMaxInFlight at once, and per window of

@@ -286,7 +286,7 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 			// still holds room, nor takes a key's first lease twice; but
 			// wait at most a hedge delay (see hedge.go).
 			g.mu.Unlock()
-			t := time.NewTimer(s.hedge.delayFor(ctx, s.timeout))
+			t := time.NewTimer(s.hedge.delayFor(ctx, time.Now(), s.timeout))
 			select {
 			case <-ready:
 				t.Stop()

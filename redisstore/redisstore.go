@@ -226,11 +226,11 @@
 // On a client with ContextTimeoutEnabled, a call makes its first attempt
 // on the caller's goroutine, without a goroutine, channel or timer of its
 // own (handing a reply across goroutines cost about a fifth of the
-// throughput of one caller, and at 64 callers doubled the tail). A lone
-// call (no other call of this store that may hedge in flight) waits four
-// hedge delays for its reply; with others in flight, sixteen and at least
-// 50 ms (they may queue for the pool's connections within it, and a stall
-// times them all out at once); at most half the time the call has.
+// throughput of one caller, and at 64 callers doubled the tail). It waits
+// sixteen hedge delays for its reply and at least 100 ms (calls may queue
+// for the pool's connections within it, and a stall times them all out at
+// once), at most half the time the call has (a nearer read deadline costs
+// the runtime's timers and poller more CPU per call).
 // Past that its connection is closed (go-redis closes a connection whose
 // read deadline passed, its late reply with it) and the call is sent
 // again, on a hedge's terms (not while the breaker is open, nor when Redis
@@ -725,8 +725,8 @@ func (s *Store) nowArg() string {
 // bound returns ctx bounded by the store's timeout: ctx itself when its
 // deadline is already that near (the limiter's store timeout, when it is
 // not longer than this one), which saves a timer per call.
-func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
+func (s *Store) bound(ctx context.Context, now time.Time) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && d.Sub(now) <= s.timeout {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, s.timeout)
@@ -834,13 +834,13 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	cctx, cancel := s.bound(ctx)
-	defer cancel()
 	sent := time.Now()
+	cctx, cancel := s.bound(ctx, sent)
+	defer cancel()
 	var v any
 	var err error
 	if resend {
-		v, err = s.hedged(cctx, script, keys, args)
+		v, err = s.hedged(cctx, sent, script, keys, args)
 	} else {
 		v, err = s.eval(cctx, script, keys, args)
 	}

@@ -63,7 +63,9 @@ func TestStallResendsWithinHedgeBounds(t *testing.T) {
 // hedge delay learned at its 500 µs floor, one call at a time) queues for
 // the pool's connections and their handshakes; no fault, so the pool keeps
 // its connections (review reproducer: about a fifth closed, their calls
-// counted as hedges, when every first attempt waited only four delays).
+// counted as hedges, when every first attempt waited only four delays:
+// now sixteen, and at least 100 ms: on a slower machine under the race
+// detector, at least 50 ms still closed 4 to 60 of them).
 func TestBurstKeepsConnections(t *testing.T) {
 	srv := redistest.Start(t)
 	p, err := faultproxy.New(srv.Addr, 1)
@@ -105,6 +107,6 @@ func TestBurstKeepsConnections(t *testing.T) {
 	extra, dialed := ran()-runs0-n*rounds, p.Stats().Conns-conns0
 	closed := dialed - (int64(c.PoolStats().TotalConns) - pool0)
 	t.Logf("%d calls: %d hedges, %d scripts run beyond one per call, %d connections dialed, %d closed", n*rounds, extraHedges.Load(), extra, dialed, closed)
-	assert.LessOrEqual(t, closed, int64(rounds), "no fault: the pool keeps its connections (but for each round's first call, alone, whose wait is four delays)")
+	assert.LessOrEqual(t, closed, int64(rounds), "no fault: the pool keeps its connections (give or take one a round)")
 	assert.LessOrEqual(t, extraHedges.Load(), extra+2, "hedges counted are calls Redis ran again (give or take one in flight)")
 }
