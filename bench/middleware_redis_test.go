@@ -36,6 +36,11 @@ type guarded struct{ llmrate.Store }
 //   - hot key: one key with figures no run exhausts (10^12 a minute),
 //     without leases and with leases of 0.1 and 0.25.
 //
+// "distinct/paired" runs llmrate-middleware-direct and redis_rate in the
+// same run, taking turns (runPaired): a machine that speeds up or slows
+// down between two runs a second apart moves a p99 by more than the
+// difference measured, so each turn of one is beside a turn of the other.
+//
 // Each sub-benchmark run uses fresh key names (its own prefix). The no-op
 // handler writes nothing, so no reconcile is made: this is the admission
 // path. Reports admissions/s, the p50 and p99 latency of one request
@@ -142,6 +147,27 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 			return err
 		})},
 		{"hot/plain-INCR", true, plain(func(key string) error { return c.Incr(ctx, key).Err() })},
+	}
+	// paired: llmrate-middleware-direct and redis_rate in the same run,
+	// taking turns (below), each on a fresh prefix as above.
+	for _, g := range []int{1, 16, 64} {
+		b.Run("distinct/paired/goroutines="+strconv.Itoa(g), func(b *testing.B) {
+			prefix.Add(1)
+			op, done := middleware(b, false, 0, 0)
+			defer done()
+			rrPrefix := "rr" + strconv.FormatInt(prefix.Load(), 10)
+			var n atomic.Int64
+			key := func() string { return keys[n.Add(1)%int64(len(keys))] }
+			runPaired(b, g, func() {
+				if err := op(key()); err != nil {
+					b.Error(err)
+				}
+			}, func() {
+				if _, err := rr.Allow(ctx, rrPrefix+key(), rrFree); err != nil {
+					b.Error(err)
+				}
+			})
+		})
 	}
 	for _, bm := range benches {
 		for _, g := range []int{1, 16, 64} {

@@ -147,6 +147,63 @@ func runAdmissions(b *testing.B, c *redis.Client, g int, run func(), hedges ...f
 	b.ReportMetric((serverCPU(b, c)-server0).Seconds()*1e6/float64(b.N), "server-cpu-us/op")
 }
 
+// runPaired runs a and other, b.N times each, on g goroutines, in
+// pairedTurns turns: each turn runs one b.N/pairedTurns times, then the
+// other as many (a first every other turn, so neither always follows the
+// other). Reports each one's admissions/s (over its own turns' time) and
+// the p50 and p99 of its latencies (a-…, b-… for other), and p99-ratio,
+// a's p99 over other's.
+func runPaired(b *testing.B, g int, a, other func()) {
+	type side struct {
+		lats    []time.Duration
+		elapsed time.Duration
+	}
+	var sides [2]side
+	ops := [2]func(){a, other}
+	per := max(b.N/pairedTurns, 1)
+	turn := func(s *side, op func()) {
+		var next atomic.Int64
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range g {
+			wg.Go(func() {
+				own := make([]time.Duration, 0, per/g+1)
+				for next.Add(1) <= int64(per) {
+					t := time.Now()
+					op()
+					own = append(own, time.Since(t))
+				}
+				mu.Lock()
+				s.lats = append(s.lats, own...)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		s.elapsed += time.Since(start)
+	}
+	b.ResetTimer()
+	for i := range pairedTurns {
+		first := i % 2
+		turn(&sides[first], ops[first])
+		turn(&sides[1-first], ops[1-first])
+	}
+	b.StopTimer()
+	var p99 [2]float64
+	for i, name := range []string{"a", "b"} {
+		s := &sides[i]
+		slices.Sort(s.lats)
+		p99[i] = float64(percentile(s.lats, 0.99)) / 1e3
+		b.ReportMetric(float64(len(s.lats))/s.elapsed.Seconds(), name+"-admissions/s")
+		b.ReportMetric(float64(percentile(s.lats, 0.50))/1e3, name+"-p50-us")
+		b.ReportMetric(p99[i], name+"-p99-us")
+	}
+	b.ReportMetric(p99[0]/p99[1], "p99-ratio")
+}
+
+// pairedTurns is how many turns runPaired gives each of the two.
+const pairedTurns = 10
+
 // percentile is the q-quantile of sorted (nearest rank), 0 when empty.
 func percentile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
