@@ -2,10 +2,9 @@ package llmrate
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
-	"encoding/binary"
 	"math/bits"
-	"math/rand/v2"
 	"time"
 )
 
@@ -382,15 +381,10 @@ type ReconcileRequest struct {
 }
 
 // NewAdmissionID returns a fresh admission identity: 128 random bits,
-// base64url-encoded (22 bytes). The bits come from math/rand/v2's
-// generator (ChaCha8, seeded by the runtime from the operating system):
-// an identity needs to be unique, not secret (it never leaves the
-// gateway and its store), and crypto/rand cost a getrandom system call
-// per admission.
+// base64url-encoded (22 bytes).
 func NewAdmissionID() string {
 	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
-	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
+	rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
