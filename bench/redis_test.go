@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,12 +148,15 @@ func runAdmissions(b *testing.B, c *redis.Client, g int, run func(), hedges ...f
 	b.ReportMetric((serverCPU(b, c)-server0).Seconds()*1e6/float64(b.N), "server-cpu-us/op")
 }
 
-// runPaired runs a and other, b.N times each, on g goroutines, in
-// pairedTurns turns: each turn runs one b.N/pairedTurns times, then the
-// other as many (a first every other turn, so neither always follows the
-// other). Reports each one's admissions/s (over its own turns' time) and
-// the p50 and p99 of its latencies (a-…, b-… for other), and p99-ratio,
-// a's p99 over other's.
+// runPaired runs a and other on g goroutines in pairedTurns turns: each
+// turn runs one max(b.N/pairedTurns, 1) times, then the other as many (a
+// first every other turn, so neither always follows the other), each turn
+// starting after a garbage collection (so that one's garbage is not
+// collected in the other's turn). One untimed turn of each comes first:
+// the pool dials its connections there, not in the first timed turn.
+// Reports each one's admissions/s (over its own turns' time) and the p50
+// and p99 of its latencies (a-…, b-… for other), and p99-ratio, a's p99
+// over other's.
 func runPaired(b *testing.B, g int, a, other func()) {
 	type side struct {
 		lats    []time.Duration
@@ -162,6 +166,7 @@ func runPaired(b *testing.B, g int, a, other func()) {
 	ops := [2]func(){a, other}
 	per := max(b.N/pairedTurns, 1)
 	turn := func(s *side, op func()) {
+		runtime.GC()
 		var next atomic.Int64
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -181,6 +186,10 @@ func runPaired(b *testing.B, g int, a, other func()) {
 		}
 		wg.Wait()
 		s.elapsed += time.Since(start)
+	}
+	for i := range sides {
+		turn(&sides[i], ops[i])
+		sides[i] = side{}
 	}
 	b.ResetTimer()
 	for i := range pairedTurns {
