@@ -25,9 +25,12 @@ import (
 // The delay is learned: the 99th percentile of the latencies of recent
 // answered calls (a histogram with four buckets per power of two, so
 // rounded up by at most a quarter, over about the last hedgeWindow to
-// 2 × hedgeWindow calls), so that on a quiet network about 1% of calls
-// hedge (at most 2% is the goal: each needless hedge is load on a shared
-// Redis). It is bounded within the timeout: at most a quarter of the time
+// 2 × hedgeWindow calls), so that, of calls whose attempts run on
+// goroutines (a client without ContextTimeoutEnabled, or a call after its
+// inline first attempt), about 1% hedge on a quiet network (at most 2% is
+// the goal: each needless hedge is load on a shared Redis); a first
+// attempt inline waits longer (inlineWaitFactor, below), so with
+// ContextTimeoutEnabled almost none do. It is bounded within the timeout: at most a quarter of the time
 // the call has (WithTimeout, or its caller's deadline when nearer), so up
 // to hedgeMaxPerCall hedges, one a delay after the other, each fit with
 // time for a round trip; and at least hedgeMinDelay (or that quarter when

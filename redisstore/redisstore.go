@@ -203,7 +203,8 @@
 // the latencies of the store's recent answered calls (over about the last
 // 1,024 to 2,048 calls; a histogram of four buckets per power of two, so
 // rounded up by at most a quarter), so that on a quiet network about 1% of
-// calls hedge; it is at least 500 µs (less would save too little for the
+// the attempts made on goroutines hedge (a first attempt made inline,
+// below, waits longer, and almost none does); it is at least 500 µs (less would save too little for the
 // load it adds) and at most a quarter of the time the call has
 // (WithTimeout, or its caller's deadline when nearer: 7.5 ms at the
 // default 30 ms), so that up to three hedges, one a delay after the
