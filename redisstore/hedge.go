@@ -213,7 +213,13 @@ func (s *Store) hedged(ctx context.Context, now time.Time, script *redis.Script,
 	defer h.active.Add(-1)
 	hedges := 0
 	resend := false // the first attempt below is a hedge drawn from the bounds
-	if s.direct && !s.open.Load() && s.live(now) {
+	// Inline only once a delay is learned (the store's first hedgeWindow
+	// calls run on goroutines): before, an inline wait is a guess, and a
+	// slow start (a gateway starting under load, on busy cores) past it
+	// closes every connection it times out, late replies with them, while
+	// an attempt on a goroutine keeps reading to its call's deadline plus
+	// WithTimeout beside its hedges (TestSlowStartKeepsConnections).
+	if s.direct && !s.open.Load() && s.live(now) && h.delay.Load() != 0 {
 		v, err, done := s.inline(ctx, now, script, keys, args)
 		if done {
 			return v, err

@@ -224,7 +224,8 @@
 // queues for a turn, behind the silent connection or any other. On a
 // client without ContextTimeoutEnabled a hedge takes one of the 256
 // guarded slots (see Context) only while half of them are free.
-// On a client with ContextTimeoutEnabled, a call makes its first attempt
+// On a client with ContextTimeoutEnabled, once a delay is learned (after
+// the store's first 1,024 calls), a call makes its first attempt
 // on the caller's goroutine, without a goroutine, channel or timer of its
 // own (handing a reply across goroutines cost about a fifth of the
 // throughput of one caller, and at 64 callers doubled the tail). It waits

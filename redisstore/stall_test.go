@@ -110,3 +110,52 @@ func TestBurstKeepsConnections(t *testing.T) {
 	assert.LessOrEqual(t, closed, int64(rounds), "no fault: the pool keeps its connections (give or take one a round)")
 	assert.LessOrEqual(t, extraHedges.Load(), extra+2, "hedges counted are calls Redis ran again (give or take one in flight)")
 }
+
+// TestSlowStartKeepsConnections: a store that has not yet learned how long
+// Redis takes to answer (fewer calls than one hedge window) meets replies
+// slower than an inline first attempt's wait but within the call's time,
+// as a gateway starting under load on busy cores does. Its calls are
+// decided by Redis, and no connection is closed: waiting inline on a
+// guessed delay, each call's timeout closed its connection, its late
+// reply with it, and its resend came too late (spill harness, plain mode,
+// a slower machine: 6 of 15 runs beyond exact, every fallback admission
+// in a run's first second).
+func TestSlowStartKeepsConnections(t *testing.T) {
+	srv := redistest.Start(t)
+	p, err := faultproxy.New(srv.Addr, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	const n = 8
+	c := redisrig.NewClient(t, &redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 64})
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(600*time.Millisecond))
+	ctx := context.Background()
+	burst := func(tag string) []string {
+		var wg sync.WaitGroup
+		receipts := make([]string, n)
+		for i := range n {
+			wg.Go(func() {
+				d, err := s.Admit(ctx, soloReq(tag+strconv.Itoa(i), 0))
+				assert.NoError(t, err)
+				receipts[i] = d.Receipt
+			})
+		}
+		wg.Wait()
+		return receipts
+	}
+	// n connections open and greeted (a gateway's pool after its first
+	// moments), Redis known to answer, nothing learned yet: n calls at
+	// once, each held 50 ms.
+	require.NoError(t, p.Set(faultproxy.Faults{SpikeReply: 1, Spike: 50 * time.Millisecond}))
+	require.Equal(t, make([]string, n), burst("sk-warm"))
+	require.NoError(t, p.Set(faultproxy.Faults{SpikeReply: 1, Spike: 400 * time.Millisecond}))
+	conns0, pool0 := p.Stats().Conns, int64(c.PoolStats().TotalConns)
+	receipts := burst("sk-slow")
+	dialed := p.Stats().Conns - conns0
+	closed := dialed - (int64(c.PoolStats().TotalConns) - pool0)
+	t.Logf("%d calls with every reply 400 ms late: receipts %q, %d hedges, %d connections dialed, %d closed", n, receipts, s.Hedges(), dialed, closed)
+	for i, r := range receipts {
+		assert.Empty(t, r, "call %d decided by Redis, not the fallback", i)
+	}
+	assert.Zero(t, closed, "slow replies within the call's time close no connection")
+}
