@@ -128,7 +128,7 @@ func TestFailedReconcileRetried(t *testing.T) {
 // many goroutines (each runtime thread has a generator of its own) are
 // 22 base64url bytes holding 16 bytes, and no two are alike.
 func TestAdmissionIDsUniqueAcrossGoroutines(t *testing.T) {
-	const goroutines, each = 8, 20000
+	const goroutines, each = 8, 5000
 	got := make([][]string, goroutines)
 	var wg sync.WaitGroup
 	for g := range goroutines {
