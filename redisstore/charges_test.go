@@ -145,6 +145,16 @@ func TestFallbackChargeSkipsWhatRedisDecided(t *testing.T) {
 
 // scriptHook runs before every script call (EVALSHA or EVAL) a client
 // sends; an error it returns fails the call, as Redis or the network would.
+// chargeStore is the store the charge tests run: on c, a frozen clock,
+// the local fallback, 200 ms calls, one admission per call and the
+// breaker's probe at once; closed at the test's end.
+func chargeStore(t *testing.T, c *redis.Client, opts ...redisstore.Option) *redisstore.Store {
+	s := redisrig.Store(t, c, append([]redisstore.Option{redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+		redisstore.WithTimeout(200 * time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0)}, opts...)...)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
 type scriptHook func(cmd redis.Cmder) error
 
 func (h scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -277,9 +287,7 @@ func TestChargedAwaitingReconcileMakeRoom(t *testing.T) {
 	defer redisstore.SetMaxCharges(64)()
 	_, p, c := faultyRedis(t)
 	big := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000_000}
-	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
-		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0))
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s := chargeStore(t, c)
 	ctx := context.Background()
 	req := func() llmrate.AdmitRequest {
 		return llmrate.AdmitRequest{Key: "sk-a", Workspace: "sk-a", KeyLimits: big, WorkspaceLimits: big, Solo: true, Tokens: 1, Now: frozen(), ID: llmrate.NewAdmissionID()}
@@ -337,9 +345,7 @@ func TestChargeNotSentWhileBreakerOpen(t *testing.T) {
 // lost, not dropped silently.
 func TestAdmissionWithoutIDChargeCountedLost(t *testing.T) {
 	_, p, c := faultyRedis(t)
-	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
-		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0))
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s := chargeStore(t, c)
 	ctx := context.Background()
 	p.setDown(true)
 	r := soloReq("sk-a", 10)
@@ -366,9 +372,7 @@ func TestChargeThatMayHaveLandedGoesFirst(t *testing.T) {
 	srv, p, c := faultyRedis(t)
 	prefix := redisrig.Prefix()
 	big := llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000_000}
-	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
-		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0))
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s := chargeStore(t, c, redisstore.WithPrefix(prefix))
 	ctx := context.Background()
 	_, err := s.Admit(ctx, soloReq("sk-warm", 1))
 	require.NoError(t, err)
@@ -427,9 +431,7 @@ func TestChargeThatMayHaveLandedGoesFirst(t *testing.T) {
 // bad one tried first every time).
 func TestFailingChargeDoesNotHoldOthers(t *testing.T) {
 	_, p, c := faultyRedis(t)
-	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
-		redisstore.WithTimeout(200*time.Millisecond), redisstore.WithBatching(1), redisstore.WithRetryInterval(0))
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s := chargeStore(t, c)
 	ctx := context.Background()
 	_, err := s.Admit(ctx, soloReq("sk-warm", 1))
 	require.NoError(t, err)
