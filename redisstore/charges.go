@@ -382,8 +382,8 @@ func (s *Store) sendCharge(ctx context.Context, r llmrate.AdmitRequest, rec *llm
 	if !fresh {
 		_, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 		kind := byte('a')
-		if r.Reserve > 0 || windowed(r.KeyLimits, r.WorkspaceLimits) {
-			kind = 'x' // admitW's record
+		if admitsW(&r) {
+			kind = 'x'
 		}
 		v, err := s.run(ctx, existsScript, []string{idKey(w, kind, r.ID)}, nil, true)
 		if err != nil {

@@ -186,11 +186,16 @@ func (h *hedger) take() bool {
 	}
 	allowed := hedgeBurst + int64(float64(h.calls.Load()%hedgeWindow)*hedgeBudget)
 	if h.spent.Add(1) > allowed {
-		h.spent.Add(-1)
-		h.inFlight.Add(-1)
+		h.untake()
 		return false
 	}
 	return true
+}
+
+// untake gives back a hedge take reserved and did not send.
+func (h *hedger) untake() {
+	h.spent.Add(-1)
+	h.inFlight.Add(-1)
 }
 
 // attemptResult is one attempt's answer.
@@ -249,8 +254,7 @@ func (s *Store) hedged(ctx context.Context, now time.Time, script *redis.Script,
 	}
 	if !s.launch(actx, ch, script, keys, args, resend) {
 		if resend {
-			h.spent.Add(-1)
-			h.inFlight.Add(-1)
+			h.untake()
 		}
 		return nil, errBusy
 	}
@@ -284,8 +288,7 @@ func (s *Store) hedged(ctx context.Context, now time.Time, script *redis.Script,
 					pending++
 					s.hedges.Add(1)
 				} else {
-					h.spent.Add(-1)
-					h.inFlight.Add(-1)
+					h.untake()
 				}
 			}
 			if hedges < hedgeMaxPerCall {

@@ -919,7 +919,7 @@ func int64s(v any, n int) ([]int64, error) {
 // lost and it has an ID: it is sent again while WithTimeout allows; see
 // llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
-	if r.Reserve > 0 || windowed(r.KeyLimits, r.WorkspaceLimits) {
+	if admitsW(&r) {
 		// Windows, and a priority reserve (floors in every bucket and
 		// gauge): admitw.lua, never batched nor decided on a lease.
 		return s.admitW(ctx, r) // window.go

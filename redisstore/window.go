@@ -49,6 +49,12 @@ func windowed(kl, wl llmrate.Limits) bool {
 	return len(kl.Windows) > 0 || len(wl.Windows) > 0
 }
 
+// admitsW reports whether r is admitted by admitw.lua (windows, or a
+// priority reserve), whose identity records are of kind 'x', not 'a'.
+func admitsW(r *llmrate.AdmitRequest) bool {
+	return r.Reserve > 0 || windowed(r.KeyLimits, r.WorkspaceLimits)
+}
+
 // wbucket is one window bucket of a request: a non-zero meter of one of
 // its windows.
 type wbucket struct {
