@@ -148,6 +148,7 @@ type worker struct {
 	closed bool
 
 	errorsBefore                int64 // the store's Errors() when the clock started
+	chargesBefore, lostBefore   int64 // and its Charges(): the warm-up's admissions carry no ID, so one the fallback allowed is counted lost
 	hedgesBefore, resendsBefore int64 // and its Hedges() and Resends()
 }
 
@@ -246,6 +247,7 @@ func (w *worker) warm(figures llmrate.Limits) {
 	}
 	w.probe.reset()
 	w.errorsBefore = w.store.Errors()
+	w.chargesBefore, w.lostBefore = w.store.Charges()
 	w.hedgesBefore, w.resendsBefore = w.store.Hedges(), w.store.Resends()
 }
 
@@ -348,7 +350,8 @@ func (w *worker) finish() workerResult {
 		p.mu.Unlock()
 		r.RedisErrors = w.store.Errors() - w.errorsBefore
 		r.Hedges, r.Resends = w.store.Hedges()-w.hedgesBefore, w.store.Resends()-w.resendsBefore
-		r.ChargesSent, r.ChargesLost = w.store.Charges()
+		sent, lost := w.store.Charges()
+		r.ChargesSent, r.ChargesLost = sent-w.chargesBefore, lost-w.lostBefore
 	}
 	return r
 }
