@@ -349,8 +349,10 @@ func TestCancellationNeverCounted(t *testing.T) {
 func TestReconcileGoesToDecidingStore(t *testing.T) {
 	srv, p, c := faultyRedis(t)
 	prefix := redisrig.Prefix()
+	// 200 ms calls: a charge that times out under a loaded machine's
+	// -race run stays queued past WaitCharges (CI saw -20000 for -20001).
 	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1),
-		redisstore.WithFallbackLocal(), redisstore.WithRetryInterval(0))
+		redisstore.WithFallbackLocal(), redisstore.WithRetryInterval(0), redisstore.WithTimeout(200*time.Millisecond))
 	probe := probeStore(t, redisrig.Client(t, srv.Addr), prefix)
 	ctx := context.Background()
 	redisLevel := func() int64 {
