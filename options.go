@@ -227,7 +227,10 @@ func WithCalibration() Option {
 
 // WithStoreTimeout bounds each call to a store other than the built-in
 // memory store (which never blocks). Default: DefaultStoreTimeout. Past it
-// the request fails open. d must be positive.
+// the request fails open. d must be positive. For a store that honours its
+// context (ContextHonouring), the call's deadline is d rounded up by at
+// most a millisecond: calls ending in the same millisecond share one
+// timer, instead of a timer each (the hot path's cheapest context).
 func WithStoreTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d <= 0 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/llmrate/llmrate/internal/deadline"
 )
 
 // ContextHonouring is implemented by a Store whose calls return promptly
@@ -134,10 +136,11 @@ func callStore[T any](c *storeCaller, parent context.Context, f func(context.Con
 
 // callDirect is callStore for a store that honours its context: f runs on
 // this goroutine, bounded by the store timeout (the store has promised to
-// return once its context is done). A panic inside it is returned as a
+// return once its context is done), through a context that shares its
+// timer with the calls ending in the same millisecond (internal/deadline). A panic inside it is returned as a
 // *PanicError.
 func callDirect[T any](c *storeCaller, parent context.Context, f func(context.Context) (T, error)) (v T, err error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.timeout)
+	ctx, cancel := deadline.After(parent, time.Now(), c.timeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {

@@ -307,6 +307,7 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/deadline"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -726,12 +727,13 @@ func (s *Store) nowArg() string {
 
 // bound returns ctx bounded by the store's timeout: ctx itself when its
 // deadline is already that near (the limiter's store timeout, when it is
-// not longer than this one), which saves a timer per call.
+// not longer than this one); under the limiter (whose store-call context
+// ends only at its deadline), a context sharing its end with the calls
+// ending in the same millisecond, with no timer of its own
+// (internal/deadline: the deadline rounded up by at most a millisecond);
+// otherwise context.WithTimeout's.
 func (s *Store) bound(ctx context.Context, now time.Time) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && d.Sub(now) <= s.timeout {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, s.timeout)
+	return deadline.Within(ctx, now, s.timeout)
 }
 
 // up reports whether Redis should be tried now by a caller whose context

@@ -1,0 +1,155 @@
+package deadline
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+type key struct{}
+
+// waitDone waits for ctx to end, failing t when it has not within limit.
+func waitDone(t *testing.T, ctx context.Context, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(limit):
+		t.Fatalf("context not done %v after it was made", limit)
+	}
+}
+
+func TestAfterEndsAtItsRoundedDeadline(t *testing.T) {
+	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	defer cancelParent()
+	now := time.Now()
+	ctx, cancel := After(parent, now, 5*time.Millisecond)
+	defer cancel()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		t.Fatal("no deadline")
+	}
+	if dl.Before(now.Add(5*time.Millisecond)) || dl.After(now.Add(5*time.Millisecond+Grain)) {
+		t.Fatalf("deadline %v after now; want within [5ms, 5ms+%v]", dl.Sub(now), Grain)
+	}
+	if got := ctx.Value(key{}); got != "v" {
+		t.Fatalf("Value = %v; want the parent's v", got)
+	}
+	cancelParent() // the parent's cancellation is not the call's
+	if err := ctx.Err(); err != nil {
+		t.Fatalf("Err after the parent's cancel = %v; want nil", err)
+	}
+	waitDone(t, ctx, 5*time.Second)
+	if end := time.Now(); end.Before(dl) {
+		t.Fatalf("done %v before its deadline", dl.Sub(end))
+	}
+	if err := ctx.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Err = %v; want DeadlineExceeded", err)
+	}
+	if err := context.Cause(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Cause = %v; want DeadlineExceeded (not the parent's cancellation)", err)
+	}
+}
+
+func TestSameBoundaryShared(t *testing.T) {
+	now := time.Now()
+	a, _ := After(context.Background(), now, 20*time.Millisecond)
+	b, _ := After(context.Background(), now, 20*time.Millisecond)
+	if a.Done() != b.Done() {
+		t.Fatal("two contexts ending at the same boundary have their own channels")
+	}
+	c, _ := After(context.Background(), now, 25*time.Millisecond)
+	if c.Done() == a.Done() {
+		t.Fatal("contexts 5 ms apart share a channel")
+	}
+}
+
+func TestDerivedContextEndsWithIt(t *testing.T) {
+	ctx, _ := After(context.Background(), time.Now(), 3*time.Millisecond)
+	child, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waitDone(t, child, 5*time.Second)
+	if err := child.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("child Err = %v; want DeadlineExceeded", err)
+	}
+	stopped := context.AfterFunc(ctx, func() {})
+	if stopped() {
+		t.Fatal("AfterFunc registered on an ended context could still be stopped")
+	}
+}
+
+func TestWithin(t *testing.T) {
+	now := time.Now()
+	outer, _ := After(context.Background(), now, time.Second)
+	inner, cancel := Within(outer, now, 10*time.Millisecond)
+	defer cancel()
+	if _, ok := inner.(*Context); !ok {
+		t.Fatalf("Within a shared context made %T; want a shared one", inner)
+	}
+	dl, _ := inner.Deadline()
+	if d := dl.Sub(now); d < 10*time.Millisecond || d > 10*time.Millisecond+Grain {
+		t.Fatalf("inner deadline %v after now", d)
+	}
+	if same, _ := Within(inner, now, time.Second); same != inner {
+		t.Fatal("Within a nearer deadline did not return the parent")
+	}
+	parent, cancelParent := context.WithCancel(context.Background())
+	own, cancelOwn := Within(parent, now, time.Second)
+	defer cancelOwn()
+	cancelParent()
+	waitDone(t, own, 5*time.Second)
+	if !errors.Is(own.Err(), context.Canceled) {
+		t.Fatalf("Within a cancellable parent: Err = %v; want its cancellation", own.Err())
+	}
+}
+
+func TestBeyondTheRing(t *testing.T) {
+	now := time.Now()
+	ctx, cancel := After(context.Background(), now, time.Hour)
+	if _, ok := ctx.(*Context); ok {
+		t.Fatal("an hour's deadline shared a boundary")
+	}
+	if dl, _ := ctx.Deadline(); dl.Sub(now) < time.Hour {
+		t.Fatalf("deadline %v; want an hour", dl.Sub(now))
+	}
+	cancel()
+	if ctx.Err() == nil {
+		t.Fatal("cancel did not release a context of its own")
+	}
+}
+
+func TestRingEmptiedWhenEnded(t *testing.T) {
+	ctx, _ := After(context.Background(), time.Now(), 2*time.Millisecond)
+	waitDone(t, ctx, 5*time.Second)
+	sh := ctx.(*Context).sh
+	place := &ring[sh.idx%ringSize]
+	for start := time.Now(); place.Load() == sh; {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("an ended boundary still holds its place 5 s on")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestConcurrentCallers(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				now := time.Now()
+				ctx, cancel := After(context.Background(), now, time.Duration(i%7)*time.Millisecond+time.Millisecond)
+				if dl, _ := ctx.Deadline(); dl.Before(now) {
+					t.Errorf("deadline before now")
+				}
+				if i%500 == 0 {
+					<-ctx.Done()
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+}
