@@ -142,3 +142,29 @@ func TestHedgeCountersSettleAfterStalls(t *testing.T) {
 		_ = s.Close(ctx)
 	}
 }
+
+// BenchmarkHedgerBookkeeping is the hedger's work on every call of a
+// store (counted, in flight, Redis live, its latency observed), from
+// every P at once: the counters every call writes share cache lines
+// between cores, and the fields every call reads should not.
+//
+//	go test -run '^$' -bench HedgerBookkeeping -cpu 1,2 ./redisstore
+func BenchmarkHedgerBookkeeping(b *testing.B) {
+	s := &Store{timeout: 30 * time.Millisecond}
+	s.hedge.delay.Store(int64(time.Millisecond))
+	now := time.Now()
+	s.hedge.observe(time.Millisecond, now)
+	b.RunParallel(func(pb *testing.PB) {
+		var n int
+		for pb.Next() {
+			h := &s.hedge
+			h.called()
+			h.active.Add(1)
+			if !s.open.Load() && s.live(now) && h.delay.Load() != 0 {
+				n++
+			}
+			h.observe(time.Duration(800+n%400)*time.Microsecond, now)
+			h.active.Add(-1)
+		}
+	})
+}
