@@ -5,9 +5,12 @@
 // from the runtime's heap, per call: about half a microsecond, more with
 // many calls in flight). Here the calls whose deadlines fall in the same
 // Grain share one: a deadline is rounded up to the next Grain boundary,
-// and every context ending there shares one stdlib context, whose timer
-// ends them all at once. A call then costs two small allocations and no
-// timer.
+// and every context ending there, while any is held, shares one stdlib
+// context, whose timer ends them all at once. The shared context counts
+// its holders: the last to let go (its cancel func) stops the timer, so a
+// timer fires only for calls still running at their deadline, as with
+// context.WithTimeout (a timer firing every millisecond would wake an
+// idle process as often).
 package deadline
 
 import (
@@ -34,20 +37,26 @@ type shared struct {
 	idx    int64
 	ctx    context.Context
 	cancel context.CancelFunc
+	// holders counts the contexts holding it; -1 once the last let go
+	// (its timer stopped): none may take it then.
+	holders atomic.Int64
 }
 
-// ring holds the boundaries in use, boundary idx at idx % ringSize; a
-// place is emptied when its context ends, so a quiet process holds none.
+// ring holds the boundaries held, boundary idx at idx % ringSize; the
+// last holder to let go empties its place, so a quiet process holds none.
 var ring [ringSize]atomic.Pointer[shared]
 
 // Context is a store call's context: its parent's values (through
 // context.WithoutCancel, so Cause and derived contexts see no parent
 // cancellation), and a deadline it shares with the other calls ending at
-// the same boundary. It ends at its deadline and only then.
+// the same boundary. It ends at its deadline, or once it and every other
+// context sharing its boundary were cancelled (as context.WithTimeout's
+// ends at its cancel, which a call makes when it returns).
 type Context struct {
 	values   context.Context
 	sh       *shared
 	deadline time.Time
+	released atomic.Bool
 }
 
 func (c *Context) Deadline() (time.Time, bool) { return c.deadline, true }
@@ -62,13 +71,22 @@ func (c *Context) AfterFunc(f func()) (stop func() bool) { return context.AfterF
 
 func (c *Context) String() string { return "deadline.Context(" + c.deadline.String() + ")" }
 
-// nop is the cancel func of a shared context: nothing to release.
+// nop is the cancel func of a context Within returned as it was.
 func nop() {}
 
+// release is a Context's cancel func: its boundary's holder count drops
+// (once, however often it is called), and the last holder stops the
+// boundary's timer and empties its place in the ring.
+func (c *Context) release() {
+	if c.released.CompareAndSwap(false, true) {
+		c.sh.drop()
+	}
+}
+
 // After returns a context with parent's values, not its cancellation,
-// that ends d after now (rounded up to Grain), and its cancel func (which
-// only releases a context of its own: one beyond the ring, ended at once).
-// now is time.Now().
+// that ends d after now (rounded up to Grain), and its cancel func, to be
+// called once the call is done, as context.WithTimeout's. now is
+// time.Now().
 func After(parent context.Context, now time.Time, d time.Duration) (context.Context, context.CancelFunc) {
 	return after(context.WithoutCancel(parent), now, d)
 }
@@ -76,8 +94,9 @@ func After(parent context.Context, now time.Time, d time.Duration) (context.Cont
 // Within returns parent when it ends within d after now; otherwise a
 // context that ends d after now (rounded up to Grain) or when parent
 // ends, whichever is first, and its cancel func. For a parent After made,
-// which ends only at its deadline, that is a shared context of the same
-// values; for any other, context.WithTimeout's.
+// which ends at its deadline or at its cancel (made by its caller after
+// this call is done), that is a shared context of the same values; for
+// any other, context.WithTimeout's.
 func Within(parent context.Context, now time.Time, d time.Duration) (context.Context, context.CancelFunc) {
 	if dl, ok := parent.Deadline(); ok && dl.Sub(now) <= d {
 		return parent, nop
@@ -94,32 +113,52 @@ func after(values context.Context, now time.Time, d time.Duration) (context.Cont
 	if d > (ringSize-2)*Grain || idx <= 0 {
 		return context.WithTimeout(values, d)
 	}
-	sh := boundary(idx)
-	return &Context{values: values, sh: sh, deadline: sh.deadline()}, nop
+	sh := hold(idx)
+	c := &Context{values: values, sh: sh, deadline: sh.deadline()}
+	return c, c.release
 }
 
 // deadline is the time boundary sh ends.
 func (sh *shared) deadline() time.Time { return origin.Add(time.Duration(sh.idx) * Grain) }
 
-// boundary returns the shared context of boundary idx, making it (and
-// its timer) when it is not in the ring.
-func boundary(idx int64) *shared {
+// take counts one more holder of sh, or reports false when its last
+// holder has let go.
+func (sh *shared) take() bool {
+	for {
+		n := sh.holders.Load()
+		if n < 0 {
+			return false
+		}
+		if sh.holders.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// drop counts one holder fewer; the last stops its timer (ending its
+// context, which none holds) and empties its place.
+func (sh *shared) drop() {
+	if sh.holders.Add(-1) == 0 && sh.holders.CompareAndSwap(0, -1) {
+		ring[sh.idx%ringSize].CompareAndSwap(sh, nil)
+		sh.cancel()
+	}
+}
+
+// hold returns the shared context of boundary idx, held once more,
+// making it (and its timer) when none is held.
+func hold(idx int64) *shared {
 	place := &ring[idx%ringSize]
 	for {
 		old := place.Load()
-		if old != nil && old.idx == idx {
+		if old != nil && old.idx == idx && old.take() {
 			return old
 		}
 		sh := &shared{idx: idx}
+		sh.holders.Store(1)
 		sh.ctx, sh.cancel = context.WithDeadline(context.Background(), sh.deadline())
-		if !place.CompareAndSwap(old, sh) {
-			sh.cancel()
-			continue
+		if place.CompareAndSwap(old, sh) {
+			return sh
 		}
-		context.AfterFunc(sh.ctx, func() {
-			place.CompareAndSwap(sh, nil)
-			sh.cancel()
-		})
-		return sh
+		sh.cancel()
 	}
 }

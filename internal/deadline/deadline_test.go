@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -54,19 +55,23 @@ func TestAfterEndsAtItsRoundedDeadline(t *testing.T) {
 
 func TestSameBoundaryShared(t *testing.T) {
 	now := time.Now()
-	a, _ := After(context.Background(), now, 20*time.Millisecond)
-	b, _ := After(context.Background(), now, 20*time.Millisecond)
+	a, cancelA := After(context.Background(), now, 20*time.Millisecond)
+	defer cancelA()
+	b, cancelB := After(context.Background(), now, 20*time.Millisecond)
+	defer cancelB()
 	if a.Done() != b.Done() {
 		t.Fatal("two contexts ending at the same boundary have their own channels")
 	}
-	c, _ := After(context.Background(), now, 25*time.Millisecond)
+	c, cancelC := After(context.Background(), now, 25*time.Millisecond)
+	defer cancelC()
 	if c.Done() == a.Done() {
 		t.Fatal("contexts 5 ms apart share a channel")
 	}
 }
 
 func TestDerivedContextEndsWithIt(t *testing.T) {
-	ctx, _ := After(context.Background(), time.Now(), 3*time.Millisecond)
+	ctx, cancelCtx := After(context.Background(), time.Now(), 3*time.Millisecond)
+	defer cancelCtx()
 	child, cancel := context.WithCancel(ctx)
 	defer cancel()
 	waitDone(t, child, 5*time.Second)
@@ -81,7 +86,8 @@ func TestDerivedContextEndsWithIt(t *testing.T) {
 
 func TestWithin(t *testing.T) {
 	now := time.Now()
-	outer, _ := After(context.Background(), now, time.Second)
+	outer, cancelOuter := After(context.Background(), now, time.Second)
+	defer cancelOuter()
 	inner, cancel := Within(outer, now, 10*time.Millisecond)
 	defer cancel()
 	if _, ok := inner.(*Context); !ok {
@@ -119,16 +125,31 @@ func TestBeyondTheRing(t *testing.T) {
 	}
 }
 
-func TestRingEmptiedWhenEnded(t *testing.T) {
-	ctx, _ := After(context.Background(), time.Now(), 2*time.Millisecond)
-	waitDone(t, ctx, 5*time.Second)
-	sh := ctx.(*Context).sh
+func TestRingEmptiedWhenReleased(t *testing.T) {
+	now := time.Now()
+	a, cancelA := After(context.Background(), now, 50*time.Millisecond)
+	b, cancelB := After(context.Background(), now, 50*time.Millisecond)
+	sh := a.(*Context).sh
 	place := &ring[sh.idx%ringSize]
-	for start := time.Now(); place.Load() == sh; {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("an ended boundary still holds its place 5 s on")
-		}
-		time.Sleep(time.Millisecond)
+	cancelA()
+	cancelA() // a second cancel is no second release
+	if place.Load() != sh {
+		t.Fatal("the boundary left the ring while b still holds it")
+	}
+	if b.Err() != nil || a.Err() != nil {
+		t.Fatalf("ended while b holds the boundary: a %v, b %v", a.Err(), b.Err())
+	}
+	cancelB()
+	if place.Load() == sh {
+		t.Fatal("the boundary still holds its place once every holder let go")
+	}
+	if !errors.Is(b.Err(), context.Canceled) {
+		t.Fatalf("b.Err() = %v once every holder let go; want Canceled (its timer stopped)", b.Err())
+	}
+	c, cancelC := After(context.Background(), now, 50*time.Millisecond)
+	defer cancelC()
+	if c.Err() != nil || c.(*Context).sh == sh {
+		t.Fatal("a context made after the boundary was let go took the ended one")
 	}
 }
 
@@ -152,4 +173,51 @@ func TestConcurrentCallers(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// BenchmarkStoreCallContext: a store call's context made, its Done and
+// Deadline read (as go-redis does), and cancelled, from every P at once:
+// alone (each cancelled before the next is made, so each After makes its
+// boundary's context and stops its timer), or with 32 calls in flight per
+// P (each cancelled 32 calls later):
+// After against context.WithTimeout(context.WithoutCancel(parent)), what
+// the limiter made before.
+//
+//	go test -run '^$' -bench StoreCallContext -benchmem -cpu 1,2 ./internal/deadline
+func BenchmarkStoreCallContext(b *testing.B) {
+	parent := context.WithValue(context.Background(), key{}, "v")
+	withTimeout := func(_ context.Context, _ time.Time, d time.Duration) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(parent), d)
+	}
+	for _, inFlight := range []int{0, 32} {
+		for _, c := range []struct {
+			name string
+			make func(context.Context, time.Time, time.Duration) (context.Context, context.CancelFunc)
+		}{{"WithTimeout", withTimeout}, {"After", After}} {
+			b.Run(fmt.Sprintf("%s/in-flight=%d", c.name, inFlight), func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					held := make([]context.CancelFunc, inFlight)
+					for i := 0; pb.Next(); i++ {
+						ctx, cancel := c.make(parent, time.Now(), 50*time.Millisecond)
+						_ = ctx.Done()
+						_, _ = ctx.Deadline()
+						if inFlight == 0 {
+							cancel()
+							continue
+						}
+						if prev := held[i%inFlight]; prev != nil {
+							prev()
+						}
+						held[i%inFlight] = cancel
+					}
+					for _, cancel := range held {
+						if cancel != nil {
+							cancel()
+						}
+					}
+				})
+			})
+		}
+	}
 }
