@@ -102,14 +102,26 @@ func Within(parent context.Context, now time.Time, d time.Duration) (context.Con
 		return parent, nop
 	}
 	if p, ok := parent.(*Context); ok {
+		if boundaryOf(now, d) >= p.sh.idx {
+			// A context of its own would end at the parent's boundary
+			// or after it: parent ends first (an After of the same d
+			// made a little earlier, rounded up to the same Grain).
+			return parent, nop
+		}
 		return after(p.values, now, d)
 	}
 	return context.WithTimeout(parent, d)
 }
 
+// boundaryOf is the boundary a context made at now for d ends at: d
+// after now, rounded up to Grain.
+func boundaryOf(now time.Time, d time.Duration) int64 {
+	return (int64(now.Sub(origin)+d) + int64(Grain) - 1) / int64(Grain)
+}
+
 // after is After with values already free of any cancellation.
 func after(values context.Context, now time.Time, d time.Duration) (context.Context, context.CancelFunc) {
-	idx := (int64(now.Sub(origin)+d) + int64(Grain) - 1) / int64(Grain)
+	idx := boundaryOf(now, d)
 	if d > (ringSize-2)*Grain || idx <= 0 {
 		return context.WithTimeout(values, d)
 	}

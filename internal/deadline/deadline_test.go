@@ -100,6 +100,14 @@ func TestWithin(t *testing.T) {
 	if same, _ := Within(inner, now, time.Second); same != inner {
 		t.Fatal("Within a nearer deadline did not return the parent")
 	}
+	// The limiter's store timeout and the store's own, equal: the store's
+	// call, made a little after the limiter's, would round up to the same
+	// boundary (or, across a Grain edge, the next): the parent serves.
+	limiter, cancelLimiter := After(context.Background(), now, 30*time.Millisecond)
+	defer cancelLimiter()
+	if same, _ := Within(limiter, now.Add(100*time.Microsecond), 30*time.Millisecond); same != limiter {
+		t.Fatal("Within an equal timeout, a moment later, made a second context")
+	}
 	parent, cancelParent := context.WithCancel(context.Background())
 	own, cancelOwn := Within(parent, now, time.Second)
 	defer cancelOwn()
