@@ -55,11 +55,10 @@ var ring [ringSize]atomic.Pointer[shared]
 type Context struct {
 	values   context.Context
 	sh       *shared
-	deadline time.Time
 	released atomic.Bool
 }
 
-func (c *Context) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *Context) Deadline() (time.Time, bool) { return c.sh.deadline(), true }
 func (c *Context) Done() <-chan struct{}       { return c.sh.ctx.Done() }
 func (c *Context) Err() error                  { return c.sh.ctx.Err() }
 func (c *Context) Value(key any) any           { return c.values.Value(key) }
@@ -69,7 +68,7 @@ func (c *Context) Value(key any) any           { return c.values.Value(key) }
 // by c's end without a goroutine waiting for it.
 func (c *Context) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(c.sh.ctx, f) }
 
-func (c *Context) String() string { return "deadline.Context(" + c.deadline.String() + ")" }
+func (c *Context) String() string { return "deadline.Context(" + c.sh.deadline().String() + ")" }
 
 // nop is the cancel func of a context Within returned as it was.
 func nop() {}
@@ -126,7 +125,7 @@ func after(values context.Context, now time.Time, d time.Duration) (context.Cont
 		return context.WithTimeout(values, d)
 	}
 	sh := hold(idx)
-	c := &Context{values: values, sh: sh, deadline: sh.deadline()}
+	c := &Context{values: values, sh: sh}
 	return c, c.release
 }
 
