@@ -481,7 +481,10 @@ func WithClock(now func() time.Time) Option {
 
 // WithTimeout bounds each Redis call. Default: DefaultTimeout. Keep it below
 // the limiter's store timeout (llmrate.WithStoreTimeout, 50 ms by default)
-// so that WithFallbackLocal can answer in time. d must be positive.
+// so that WithFallbackLocal can answer in time. d must be positive. Under
+// the limiter, a call's deadline is d rounded up to the next millisecond
+// (the calls ending in the same millisecond share one timer); the limiter's
+// own deadline serves when it is no later.
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.timeout = d })
 }
