@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 )
 
-type key struct{}
+type valueKey struct{}
 
 // waitDone waits for ctx to end, failing t when it has not within limit.
 func waitDone(t *testing.T, ctx context.Context, limit time.Duration) {
@@ -22,7 +23,7 @@ func waitDone(t *testing.T, ctx context.Context, limit time.Duration) {
 }
 
 func TestAfterEndsAtItsRoundedDeadline(t *testing.T) {
-	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), valueKey{}, "v"))
 	defer cancelParent()
 	now := time.Now()
 	ctx, cancel := After(parent, now, 5*time.Millisecond)
@@ -34,7 +35,7 @@ func TestAfterEndsAtItsRoundedDeadline(t *testing.T) {
 	if dl.Before(now.Add(5*time.Millisecond)) || dl.After(now.Add(5*time.Millisecond+Grain)) {
 		t.Fatalf("deadline %v after now; want within [5ms, 5ms+%v]", dl.Sub(now), Grain)
 	}
-	if got := ctx.Value(key{}); got != "v" {
+	if got := ctx.Value(valueKey{}); got != "v" {
 		t.Fatalf("Value = %v; want the parent's v", got)
 	}
 	cancelParent() // the parent's cancellation is not the call's
@@ -118,6 +119,98 @@ func TestWithin(t *testing.T) {
 	}
 }
 
+// A context derived from a shared one, directly, under a
+// context.WithValue or inside a struct that embeds it (redisstore's
+// attempt context), is ended with it by the stdlib, no goroutine
+// waiting for it: go-redis derives one per dial, a store wrapper adding a
+// value one per call.
+func TestDerivedStartsNoGoroutine(t *testing.T) {
+	ctx, cancel := After(context.Background(), time.Now(), time.Second)
+	defer cancel()
+	type embedded struct{ context.Context }
+	parents := map[string]context.Context{
+		"direct":    ctx,
+		"WithValue": context.WithValue(ctx, valueKey{}, "w"),
+		"embedded":  embedded{ctx},
+	}
+	for name, p := range parents {
+		before := runtime.NumGoroutine()
+		var cancels []context.CancelFunc
+		for range 200 {
+			_, c := context.WithTimeout(p, time.Hour)
+			cancels = append(cancels, c)
+		}
+		if grew := runtime.NumGoroutine() - before; grew > 20 {
+			t.Errorf("%s: 200 derived contexts started %d goroutines", name, grew)
+		}
+		for _, c := range cancels {
+			c()
+		}
+	}
+	// And they end with it: the last holder's cancel ends the shared
+	// context, and every context derived from it.
+	local, cancelLocal := After(context.Background(), time.Now(), 40*time.Millisecond)
+	derived, cancelDerived := context.WithCancel(context.WithValue(local, valueKey{}, "w"))
+	defer cancelDerived()
+	cancelLocal()
+	if local.Err() == nil {
+		t.Fatal("the last holder's cancel did not end the shared context")
+	}
+	waitDone(t, derived, 5*time.Second)
+	if err := context.Cause(derived); !errors.Is(err, context.Canceled) {
+		t.Fatalf("derived Cause = %v; want Canceled", err)
+	}
+}
+
+func TestWithinAWrappedParent(t *testing.T) {
+	now := time.Now()
+	outer, cancelOuter := After(context.Background(), now, time.Second)
+	defer cancelOuter()
+	wrapped := context.WithValue(outer, valueKey{}, "w")
+	inner, cancel := Within(wrapped, now, 10*time.Millisecond)
+	defer cancel()
+	if _, ok := inner.(*Context); !ok {
+		t.Fatalf("Within a value-wrapped shared context made %T; want a shared one", inner)
+	}
+	if got := inner.Value(valueKey{}); got != "w" {
+		t.Fatalf("Value = %v; want the wrapper's w", got)
+	}
+	// A wrapper that adds a cancellation of its own is no shared context:
+	// Within follows its cancellation with context.WithTimeout's.
+	cancellable, cancelIt := context.WithCancel(outer)
+	own, cancelOwn := Within(cancellable, now, 10*time.Millisecond)
+	defer cancelOwn()
+	if _, ok := own.(*Context); ok {
+		t.Fatal("Within a cancellable wrapper made a shared context, deaf to its cancel")
+	}
+	cancelIt()
+	waitDone(t, own, 5*time.Second)
+}
+
+func TestNonPositiveTimeoutEndsAtOnce(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		ctx, cancel := After(context.Background(), time.Now(), d)
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Errorf("After(%v).Err() = %v; want DeadlineExceeded at once", d, ctx.Err())
+		}
+		cancel()
+	}
+}
+
+// Deadline's wall reading is the caller's wall clock plus the time to the
+// boundary, as context.WithTimeout's would be (not the process start's
+// wall clock plus the monotonic time since).
+func TestDeadlineWallReading(t *testing.T) {
+	now := time.Now()
+	ctx, cancel := After(context.Background(), now, 30*time.Millisecond)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	wall := dl.Round(0).Sub(now.Round(0))
+	if wall < 30*time.Millisecond || wall > 30*time.Millisecond+Grain {
+		t.Fatalf("deadline's wall reading %v after now's; want within [30ms, 30ms+%v]", wall, Grain)
+	}
+}
+
 func TestBeyondTheRing(t *testing.T) {
 	now := time.Now()
 	ctx, cancel := After(context.Background(), now, time.Hour)
@@ -193,7 +286,7 @@ func TestConcurrentCallers(t *testing.T) {
 //
 //	go test -run '^$' -bench StoreCallContext -benchmem -cpu 1,2 ./internal/deadline
 func BenchmarkStoreCallContext(b *testing.B) {
-	parent := context.WithValue(context.Background(), key{}, "v")
+	parent := context.WithValue(context.Background(), valueKey{}, "v")
 	withTimeout := func(_ context.Context, _ time.Time, d time.Duration) (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(parent), d)
 	}
