@@ -268,9 +268,16 @@ func (s *Store) hedged(ctx context.Context, now time.Time, script *redis.Script,
 		}
 	}
 	ch := make(chan attemptResult, 1+hedgeMaxPerCall)
-	actx := ctx
+	// The attempts on goroutines end when this call returns: one still
+	// queued for a connection gives up, a reply lost on a reset is not
+	// sent again. The call's own context may outlive it (under the
+	// limiter it ends at its deadline or once every call ending in the
+	// same millisecond returned: internal/deadline).
+	gctx, gcancel := context.WithCancel(ctx)
+	defer gcancel()
+	actx := gctx
 	if dl, ok := ctx.Deadline(); ok {
-		actx = attemptCtx{ctx, dl.Add(s.timeout)}
+		actx = attemptCtx{gctx, dl.Add(s.timeout)}
 	}
 	if !s.launch(actx, ch, script, keys, args, resend) {
 		if resend {
@@ -460,6 +467,12 @@ func (s *Store) launch(ctx context.Context, ch chan<- attemptResult, script *red
 			defer s.hedge.inFlight.Add(-1)
 		}
 		v, err := s.attempt(ctx, time.Now(), script, keys, args)
+		if hedge && errors.Is(err, context.Canceled) {
+			// Its call returned (hedged cancels its attempts) or was
+			// cancelled before go-redis sent the hedge (still queued
+			// for a connection, or dialing one): it was not sent again.
+			s.hedges.Add(-1)
+		}
 		ch <- attemptResult{v, err}
 	}()
 	return true

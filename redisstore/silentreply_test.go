@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/deadline"
 	"github.com/llmrate/llmrate/internal/faultproxy"
 	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/llmrate/llmrate/internal/redistest/redisrig"
@@ -371,4 +372,75 @@ func TestSilentReplyWithAnotherCallInFlight(t *testing.T) {
 	t.Logf("a silently lost reply: %v alone, %v with one other call in flight (receipt %q, hedges %d)", alone, withOther, receipt, s.Hedges())
 	require.Less(t, alone, 250*time.Millisecond, "alone, a lost reply is sent again after about 100 ms (16 delays, at least 100 ms), not half of a long WithTimeout")
 	require.Less(t, withOther, 250*time.Millisecond, "with another call in flight, the same")
+}
+
+// ctxRecorder records the context of every command the client processes.
+type ctxRecorder struct {
+	mu   sync.Mutex
+	ctxs []context.Context
+}
+
+func (r *ctxRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *ctxRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (r *ctxRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.mu.Lock()
+		r.ctxs = append(r.ctxs, ctx)
+		r.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+// TestAttemptsEndWhenTheCallReturns: a call's attempts on goroutines (its
+// silent first attempt, the hedge that decided it) end when the call
+// returns, even where the call's context lives on: under the limiter it
+// is shared with the calls ending in the same millisecond
+// (internal/deadline) and ends only when the last of them returns. An
+// attempt still queued for a connection then gives up, and a lost reply
+// is not sent again, for a call already decided.
+func TestAttemptsEndWhenTheCallReturns(t *testing.T) {
+	srv := redistest.Start(t)
+	p, err := faultproxy.New(srv.Addr, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	c := redisrig.ContextClient(t, p.Addr())
+	rec := &ctxRecorder{}
+	c.AddHook(rec)
+	// The store's timeout no shorter than the call's: the store's calls
+	// run on the caller's context as is (as under the limiter with
+	// timeouts alike).
+	s := redisrig.Store(t, c, redisstore.WithPrefix(redisrig.Prefix()), redisstore.WithClock(frozen), redisstore.WithTimeout(4*time.Second))
+	_, err = s.Admit(context.Background(), soloReq("sk-ends", 100)) // loads the script
+	require.NoError(t, err)
+
+	// Two calls ending in the same millisecond: the other is still
+	// running (held) when this one returns.
+	now := time.Now()
+	ctx, cancel := deadline.After(context.Background(), now, 3*time.Second)
+	other, cancelOther := deadline.After(context.Background(), now, 3*time.Second)
+	defer cancelOther()
+	rec.mu.Lock()
+	rec.ctxs = nil
+	rec.mu.Unlock()
+	p.SilenceNext(1)
+	d, err := s.Admit(ctx, soloReq("sk-ends", 100))
+	cancel()
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Equal(t, int64(1), s.Hedges(), "a hedge decided the call")
+	require.NoError(t, other.Err(), "the other call's context lives on")
+
+	rec.mu.Lock()
+	attempts := rec.ctxs
+	rec.mu.Unlock()
+	require.GreaterOrEqual(t, len(attempts), 2, "the silent attempt and its hedge")
+	for i, a := range attempts {
+		select {
+		case <-a.Done():
+		case <-time.After(300 * time.Millisecond):
+			t.Fatalf("attempt %d's context not done 300 ms after its call returned (its deadline: the call's, 3 s from its start, plus WithTimeout)", i)
+		}
+	}
 }
