@@ -68,35 +68,38 @@ const (
 const latBuckets = 4 * 63
 
 // hedger is a store's hedging state. Its fields are grouped by who
-// writes them, each group on cache lines of its own: a field every call
-// reads, on a line another core's calls keep writing, costs a cache miss
-// per call (BenchmarkHedgerBookkeeping: at two cores, about 250 ns per
-// call with these fields side by side).
+// writes them, a whole cache line apart (so on lines of their own
+// wherever the Store lands): a field every call reads, on a line another
+// core's calls keep writing, costs a cache miss per call
+// (BenchmarkHedgerBookkeeping: at two cores, about 250 ns per call with
+// these fields side by side; TestHedgerFieldsApart pins the layout).
 type hedger struct {
+	_ [cacheLine]byte // apart from the Store's fields before it
+
 	// Read by every call; written once a window.
 	delay atomic.Int64 // the learned delay, ns; 0 until the first window
-	_     [cacheLine - 8]byte
+	_     [cacheLine]byte
 
 	// Written by every call.
 	calls  atomic.Int64 // hedgeable calls made
 	active atomic.Int64 // hedgeable calls in flight (inline: alone or not)
-	_      [cacheLine - 16]byte
+	_      [cacheLine]byte
 
 	// Read by every call; written at most once per hedgeAnsweredGrain.
 	answered atomic.Int64 // when an attempt was last answered (mono ns, to within hedgeAnsweredGrain; 0: never)
-	_        [cacheLine - 8]byte
+	_        [cacheLine]byte
 
 	// Written by hedges, and at a window's end.
 	spent    atomic.Int64 // hedges sent in the current window of calls
 	inFlight atomic.Int64 // hedges in flight
 	learning atomic.Bool  // a window's end is being processed
-	_        [cacheLine - 24]byte
+	_        [cacheLine]byte
 
 	hist [latBuckets]atomic.Int64 // written by every answered call
 }
 
-// cacheLine is the size padding keeps groups of fields apart by (64
-// bytes on amd64 and most arm64 cores).
+// cacheLine is how far apart padding keeps groups of fields: a line on
+// amd64 and most arm64 cores (64 bytes).
 const cacheLine = 64
 
 // latIndex is the histogram bucket of d: d itself below 4 ns, then four

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/faultproxy"
@@ -167,4 +168,32 @@ func BenchmarkHedgerBookkeeping(b *testing.B) {
 			h.active.Add(-1)
 		}
 	})
+}
+
+// TestHedgerFieldsApart: each group of the hedger's fields (by who writes
+// them) is at least a cache line from the next, and from the Store's
+// fields before it, so no two groups share a line wherever the Store is
+// allocated: a field read by every call never sits on a line other
+// cores' calls write.
+func TestHedgerFieldsApart(t *testing.T) {
+	var h hedger
+	type span struct {
+		name       string
+		start, end uintptr // [start, end) within the hedger
+	}
+	groups := []span{
+		{"delay", unsafe.Offsetof(h.delay), unsafe.Offsetof(h.delay) + unsafe.Sizeof(h.delay)},
+		{"calls, active", unsafe.Offsetof(h.calls), unsafe.Offsetof(h.active) + unsafe.Sizeof(h.active)},
+		{"answered", unsafe.Offsetof(h.answered), unsafe.Offsetof(h.answered) + unsafe.Sizeof(h.answered)},
+		{"spent, inFlight, learning", unsafe.Offsetof(h.spent), unsafe.Offsetof(h.learning) + unsafe.Sizeof(h.learning)},
+		{"hist", unsafe.Offsetof(h.hist), unsafe.Offsetof(h.hist) + unsafe.Sizeof(h.hist)},
+	}
+	if groups[0].start < cacheLine {
+		t.Errorf("delay at %d: within a line of the Store's fields before the hedger", groups[0].start)
+	}
+	for i := 1; i < len(groups); i++ {
+		if gap := groups[i].start - groups[i-1].end; gap < cacheLine {
+			t.Errorf("%s starts %d bytes after %s ends; want at least %d", groups[i].name, gap, groups[i-1].name, cacheLine)
+		}
+	}
 }
