@@ -230,7 +230,11 @@ func WithCalibration() Option {
 // the request fails open. d must be positive. For a store that honours its
 // context (ContextHonouring), the call's deadline is d rounded up by at
 // most a millisecond: calls ending in the same millisecond share one
-// timer, instead of a timer each (the hot path's cheapest context).
+// timer, instead of a timer each (the hot path's cheapest context; a d
+// over about 4 s is exact, a timer of its own). That context ends at its
+// deadline, or once every call ending in its millisecond has returned:
+// not always when the store's own call returns, so a store must not count
+// on that to stop work it started for the call.
 func WithStoreTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d <= 0 {

@@ -190,6 +190,22 @@ func TestDirectStoreCall(t *testing.T) {
 	assert.Equal(t, int64(1), h.lim.FailOpens())
 }
 
+// TestDirectStoreCallDeadlineRounded: with a store timeout of 50 ms, a
+// store that honours its context sees a deadline 50 ms after its call was
+// made, rounded up by at most a millisecond (the calls ending in the same
+// millisecond share one timer), never later.
+func TestDirectStoreCallDeadlineRounded(t *testing.T) {
+	t.Parallel()
+	s := &honouringStore{holdStore: *newHoldStore(-1)}
+	h := newHarness(t, okHandler, llmrate.WithStore(s), llmrate.WithStoreTimeout(50*time.Millisecond))
+	for range 20 {
+		require.Equal(t, http.StatusOK, h.send("sk-r", 4).Code)
+		assert.LessOrEqual(t, s.deadline, 51*time.Millisecond, "at most a millisecond past the timeout")
+		assert.Greater(t, s.deadline, 30*time.Millisecond, "about the timeout after the call (scheduling aside)")
+	}
+	assert.Zero(t, h.lim.FailOpens())
+}
+
 // usageHandlerFromHeader reports the usage the request's X-Usage header
 // asks for, as prompt tokens.
 func usageHandlerFromHeader() http.Handler {

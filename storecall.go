@@ -137,8 +137,10 @@ func callStore[T any](c *storeCaller, parent context.Context, f func(context.Con
 // callDirect is callStore for a store that honours its context: f runs on
 // this goroutine, bounded by the store timeout (the store has promised to
 // return once its context is done), through a context that shares its
-// timer with the calls ending in the same millisecond (internal/deadline). A panic inside it is returned as a
-// *PanicError.
+// timer with the calls ending in the same millisecond (internal/deadline:
+// it ends at its deadline, or once every call ending in that millisecond
+// has returned, not at this call's return). A panic inside it is returned
+// as a *PanicError.
 func callDirect[T any](c *storeCaller, parent context.Context, f func(context.Context) (T, error)) (v T, err error) {
 	ctx, cancel := deadline.After(parent, time.Now(), c.timeout)
 	defer cancel()

@@ -731,10 +731,10 @@ func (s *Store) nowArg() string {
 // bound returns ctx bounded by the store's timeout: ctx itself when its
 // deadline is already that near (the limiter's store timeout, when it is
 // not longer than this one); under the limiter (whose store-call context
-// ends only at its deadline), a context sharing its end with the calls
-// ending in the same millisecond, with no timer of its own
-// (internal/deadline: the deadline rounded up by at most a millisecond);
-// otherwise context.WithTimeout's.
+// has no cancellation but its deadline's and its holders' release), a
+// context sharing its end with the calls ending in the same millisecond,
+// with no timer of its own (internal/deadline: the deadline rounded up by
+// at most a millisecond); otherwise context.WithTimeout's.
 func (s *Store) bound(ctx context.Context, now time.Time) (context.Context, context.CancelFunc) {
 	return deadline.Within(ctx, now, s.timeout)
 }
