@@ -125,8 +125,8 @@ func TestFailedReconcileRetried(t *testing.T) {
 }
 
 // TestAdmissionIDsUniqueAcrossGoroutines: identities drawn at once on
-// many goroutines (each runtime thread has a generator of its own) are
-// 22 base64url bytes holding 16 bytes, and no two are alike.
+// many goroutines are 22 base64url bytes holding 16 bytes, and no two
+// are alike.
 func TestAdmissionIDsUniqueAcrossGoroutines(t *testing.T) {
 	const goroutines, each = 8, 5000
 	got := make([][]string, goroutines)

@@ -143,8 +143,6 @@ func TestFallbackChargeSkipsWhatRedisDecided(t *testing.T) {
 	}
 }
 
-// scriptHook runs before every script call (EVALSHA or EVAL) a client
-// sends; an error it returns fails the call, as Redis or the network would.
 // chargeStore is the store the charge tests run: on c, a frozen clock,
 // the local fallback, 200 ms calls, one admission per call and the
 // breaker's probe at once; closed at the test's end.
@@ -155,13 +153,16 @@ func chargeStore(t *testing.T, c *redis.Client, opts ...redisstore.Option) *redi
 	return s
 }
 
-type scriptHook func(cmd redis.Cmder) error
+// scriptHook runs before every script call (EVALSHA or EVAL) a client
+// sends, with the call's context; an error it returns fails the call, as
+// Redis or the network would.
+type scriptHook func(ctx context.Context, cmd redis.Cmder) error
 
 func (h scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			if err := h(cmd); err != nil {
+			if err := h(ctx, cmd); err != nil {
 				cmd.SetErr(err)
 				return err
 			}
@@ -191,7 +192,7 @@ func isCharge(cmd redis.Cmder, id string) bool {
 func TestChargeFixedOnceSent(t *testing.T) {
 	srv, p, c := faultyRedis(t)
 	var armed atomic.Bool // from the next charge on, the proxy holds every reply: Redis runs it, its reply never comes
-	c.AddHook(scriptHook(func(cmd redis.Cmder) error {
+	c.AddHook(scriptHook(func(_ context.Context, cmd redis.Cmder) error {
 		if armed.Load() && isCharge(cmd, "") && armed.CompareAndSwap(true, false) {
 			p.hang.Store(true)
 		}
@@ -243,7 +244,7 @@ func TestChargeFixedOnceSent(t *testing.T) {
 func TestCloseChargesWithinItsContext(t *testing.T) {
 	_, p, c := faultyRedis(t)
 	var slow atomic.Bool // every script call 20 ms late: a Redis that far away
-	c.AddHook(scriptHook(func(redis.Cmder) error {
+	c.AddHook(scriptHook(func(context.Context, redis.Cmder) error {
 		if slow.Load() {
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -391,7 +392,7 @@ func TestChargeThatMayHaveLandedGoesFirst(t *testing.T) {
 	// call is 10 ms late, so the 300 take 6 s to drain.
 	var armed, slow atomic.Bool
 	fired := make(chan struct{})
-	c.AddHook(scriptHook(func(cmd redis.Cmder) error {
+	c.AddHook(scriptHook(func(_ context.Context, cmd redis.Cmder) error {
 		if armed.Load() && isCharge(cmd, a.ID) && armed.CompareAndSwap(true, false) {
 			close(fired)
 			return errors.New("injected: connection reset")
@@ -446,7 +447,7 @@ func TestFailingChargeDoesNotHoldOthers(t *testing.T) {
 		require.Equal(t, "local", d.Receipt)
 	}
 	var fails atomic.Int64 // Redis refuses every charge of a (an error of its own: WRONGTYPE on its entry)
-	c.AddHook(scriptHook(func(cmd redis.Cmder) error {
+	c.AddHook(scriptHook(func(_ context.Context, cmd redis.Cmder) error {
 		if isCharge(cmd, a.ID) {
 			fails.Add(1)
 			return wrongType{}

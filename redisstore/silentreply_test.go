@@ -27,9 +27,7 @@ import (
 // on the same prefix that reads the levels without leases or batching.
 func silentSetup(t *testing.T, srv *redistest.Server, opts ...redisstore.Option) (p *faultproxy.Proxy, s, probe *redisstore.Store) {
 	t.Helper()
-	p, err := faultproxy.New(srv.Addr, 1)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
+	p = redisrig.Proxy(t, srv.Addr, 1)
 	c := redisrig.ContextClient(t, p.Addr())
 	prefix := redisrig.Prefix()
 	s = redisrig.Store(t, c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithFallbackLocal()}, opts...)...)
@@ -333,13 +331,11 @@ func TestSilentReplyAfterAQuietSpell(t *testing.T) {
 // reproducer: 501 ms with another call in flight).
 func TestSilentReplyWithAnotherCallInFlight(t *testing.T) {
 	srv := redistest.Start(t)
-	p, err := faultproxy.New(srv.Addr, 1)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
+	p := redisrig.Proxy(t, srv.Addr, 1)
 	c := redisrig.ContextClient(t, p.Addr())
 	var armed atomic.Bool // the next script call waits 25 ms before it is sent: another call in flight meanwhile
 	in := make(chan struct{})
-	c.AddHook(scriptHook(func(redis.Cmder) error {
+	c.AddHook(scriptHook(func(context.Context, redis.Cmder) error {
 		if armed.CompareAndSwap(true, false) {
 			close(in)
 			time.Sleep(25 * time.Millisecond)
@@ -374,25 +370,6 @@ func TestSilentReplyWithAnotherCallInFlight(t *testing.T) {
 	require.Less(t, withOther, 250*time.Millisecond, "with another call in flight, the same")
 }
 
-// ctxRecorder records the context of every command the client processes.
-type ctxRecorder struct {
-	mu   sync.Mutex
-	ctxs []context.Context
-}
-
-func (r *ctxRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *ctxRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (r *ctxRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.mu.Lock()
-		r.ctxs = append(r.ctxs, ctx)
-		r.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
 // TestAttemptsEndWhenTheCallReturns: a call's attempts on goroutines (its
 // silent first attempt, the hedge that decided it) end when the call
 // returns, even where the call's context lives on: under the limiter it
@@ -402,17 +379,21 @@ func (r *ctxRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // is not sent again, for a call already decided.
 func TestAttemptsEndWhenTheCallReturns(t *testing.T) {
 	srv := redistest.Start(t)
-	p, err := faultproxy.New(srv.Addr, 1)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
+	p := redisrig.Proxy(t, srv.Addr, 1)
 	c := redisrig.ContextClient(t, p.Addr())
-	rec := &ctxRecorder{}
-	c.AddHook(rec)
+	var mu sync.Mutex
+	var attempts []context.Context // the context of every script call sent
+	c.AddHook(scriptHook(func(ctx context.Context, _ redis.Cmder) error {
+		mu.Lock()
+		attempts = append(attempts, ctx)
+		mu.Unlock()
+		return nil
+	}))
 	// The store's timeout no shorter than the call's: the store's calls
 	// run on the caller's context as is (as under the limiter with
 	// timeouts alike).
 	s := redisrig.Store(t, c, redisstore.WithPrefix(redisrig.Prefix()), redisstore.WithClock(frozen), redisstore.WithTimeout(4*time.Second))
-	_, err = s.Admit(context.Background(), soloReq("sk-ends", 100)) // loads the script
+	_, err := s.Admit(context.Background(), soloReq("sk-ends", 100)) // loads the script
 	require.NoError(t, err)
 
 	// Two calls ending in the same millisecond: the other is still
@@ -421,9 +402,9 @@ func TestAttemptsEndWhenTheCallReturns(t *testing.T) {
 	ctx, cancel := deadline.After(context.Background(), now, 3*time.Second)
 	other, cancelOther := deadline.After(context.Background(), now, 3*time.Second)
 	defer cancelOther()
-	rec.mu.Lock()
-	rec.ctxs = nil
-	rec.mu.Unlock()
+	mu.Lock()
+	attempts = nil
+	mu.Unlock()
 	p.SilenceNext(1)
 	d, err := s.Admit(ctx, soloReq("sk-ends", 100))
 	cancel()
@@ -432,11 +413,11 @@ func TestAttemptsEndWhenTheCallReturns(t *testing.T) {
 	require.Equal(t, int64(1), s.Hedges(), "a hedge decided the call")
 	require.NoError(t, other.Err(), "the other call's context lives on")
 
-	rec.mu.Lock()
-	attempts := rec.ctxs
-	rec.mu.Unlock()
-	require.GreaterOrEqual(t, len(attempts), 2, "the silent attempt and its hedge")
-	for i, a := range attempts {
+	mu.Lock()
+	sent := attempts
+	mu.Unlock()
+	require.GreaterOrEqual(t, len(sent), 2, "the silent attempt and its hedge")
+	for i, a := range sent {
 		select {
 		case <-a.Done():
 		case <-time.After(300 * time.Millisecond):

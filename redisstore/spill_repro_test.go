@@ -77,9 +77,7 @@ func TestSpillDropsWithinTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, m := range modes[:2] { // plain, batched
 		t.Run(m.name, func(t *testing.T) {
-			p, err := faultproxy.New(srv.Addr, 7)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = p.Close() })
+			p := redisrig.Proxy(t, srv.Addr, 7)
 			c := redisrig.ContextClient(t, p.Addr())
 			log := &errLog{}
 			c.AddHook(log)

@@ -27,9 +27,7 @@ import (
 // caller (review reproducer: 64 of each).
 func TestStallResendsWithinHedgeBounds(t *testing.T) {
 	srv := redistest.Start(t)
-	p, err := faultproxy.New(srv.Addr, 1)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
+	p := redisrig.Proxy(t, srv.Addr, 1)
 	c := redisrig.NewClient(t, &redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 256})
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal(),
 		redisstore.WithTimeout(400*time.Millisecond))
@@ -45,7 +43,7 @@ func TestStallResendsWithinHedgeBounds(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	_, err = s.Admit(ctx, soloReq("sk-load", 1))
+	_, err := s.Admit(ctx, soloReq("sk-load", 1))
 	require.NoError(t, err)
 	burst("warm")
 	conns0, hedges0 := p.Stats().Conns, s.Hedges()
@@ -68,9 +66,7 @@ func TestStallResendsWithinHedgeBounds(t *testing.T) {
 // detector, at least 50 ms still closed 4 to 60 of them).
 func TestBurstKeepsConnections(t *testing.T) {
 	srv := redistest.Start(t)
-	p, err := faultproxy.New(srv.Addr, 1)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
+	p := redisrig.Proxy(t, srv.Addr, 1)
 	c := redisrig.NewClient(t, &redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(400*time.Millisecond))
 	direct := redisrig.Client(t, srv.Addr)
@@ -122,9 +118,7 @@ func TestBurstKeepsConnections(t *testing.T) {
 // in a run's first second).
 func TestSlowStartKeepsConnections(t *testing.T) {
 	srv := redistest.Start(t)
-	p, err := faultproxy.New(srv.Addr, 1)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
+	p := redisrig.Proxy(t, srv.Addr, 1)
 	const n = 8
 	c := redisrig.NewClient(t, &redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 64})
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithFallbackLocal(),

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmrate/llmrate/internal/faultproxy"
 	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,18 @@ func Start(t testing.TB, extra ...string) (*redistest.Server, *redis.Client) {
 	t.Helper()
 	srv := redistest.Start(t, extra...)
 	return srv, Client(t, srv.Addr)
+}
+
+// Proxy returns a fault proxy (package faultproxy) in front of addr, its
+// faults drawn from seed, closed when the test ends.
+func Proxy(t testing.TB, addr string, seed uint64) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.New(addr, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
 }
 
 // Client returns a client on addr that never retries a command itself
