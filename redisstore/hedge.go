@@ -30,12 +30,13 @@ import (
 // inline first attempt), about 1% hedge on a quiet network (at most 2% is
 // the goal: each needless hedge is load on a shared Redis); a first
 // attempt inline waits longer (inlineWaitFactor, below), so with
-// ContextTimeoutEnabled almost none do. It is bounded within the timeout: at most a quarter of the time
-// the call has (WithTimeout, or its caller's deadline when nearer), so up
-// to hedgeMaxPerCall hedges, one a delay after the other, each fit with
-// time for a round trip; and at least hedgeMinDelay (or that quarter when
-// shorter): below it a hedge saves too little to be worth the load. Until
-// the first window is full the delay is that quarter.
+// ContextTimeoutEnabled almost none do. It is bounded within the
+// timeout: at most a quarter of the time the call has (WithTimeout, or
+// its caller's deadline when nearer), so up to hedgeMaxPerCall hedges,
+// one a delay after the other, each fit with time for a round trip; and
+// at least hedgeMinDelay (or that quarter when shorter): below it a
+// hedge saves too little to be worth the load. Until the first window is
+// full the delay is that quarter.
 //
 // The extra load is bounded per store: at most hedgeMaxInFlight hedges in
 // flight at once, and, per window of hedgeWindow calls, at most
@@ -282,7 +283,7 @@ func (s *Store) hedged(ctx context.Context, now time.Time, script *redis.Script,
 	if dl, ok := ctx.Deadline(); ok {
 		actx = attemptCtx{gctx, dl.Add(s.timeout)}
 	}
-	if !s.launch(actx, ch, script, keys, args, resend) {
+	if !s.launch(actx, ch, script, keys, args, resend, hedges == 1) {
 		if resend {
 			h.untake()
 		}
@@ -313,7 +314,7 @@ func (s *Store) hedged(ctx context.Context, now time.Time, script *redis.Script,
 			default:
 			}
 			if now := time.Now(); !s.open.Load() && s.live(now) && timeLeftAt(ctx, now) >= delay && s.connFree() && h.take() {
-				if s.launch(actx, ch, script, keys, args, true) {
+				if s.launch(actx, ch, script, keys, args, true, true) {
 					hedges++
 					pending++
 					s.hedges.Add(1)
@@ -449,9 +450,11 @@ func (c attemptCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 // does not end a call at its context's deadline, an attempt takes one of
 // the maxGuarded slots, and none is started when none is free; a hedge
 // only while at least half of them are free, so that hedges never take
-// the slots first attempts need. A hedge's
-// end releases its place in flight.
-func (s *Store) launch(ctx context.Context, ch chan<- attemptResult, script *redis.Script, keys []string, args []any, hedge bool) bool {
+// the slots first attempts need. A hedge's end releases its place in
+// flight. counted: the attempt is counted in Hedges (a hedge, or a lone
+// call's resend), and is taken off the count when it ends cancelled,
+// never sent.
+func (s *Store) launch(ctx context.Context, ch chan<- attemptResult, script *redis.Script, keys []string, args []any, hedge, counted bool) bool {
 	if !s.direct {
 		if hedge && len(s.slots) >= maxGuarded/2 {
 			return false // the other half is kept for calls of their own
@@ -470,10 +473,10 @@ func (s *Store) launch(ctx context.Context, ch chan<- attemptResult, script *red
 			defer s.hedge.inFlight.Add(-1)
 		}
 		v, err := s.attempt(ctx, time.Now(), script, keys, args)
-		if hedge && errors.Is(err, context.Canceled) {
+		if counted && errors.Is(err, context.Canceled) {
 			// Its call returned (hedged cancels its attempts) or was
-			// cancelled before go-redis sent the hedge (still queued
-			// for a connection, or dialing one): it was not sent again.
+			// cancelled before go-redis sent it (still queued for a
+			// connection, or dialing one): it was not sent again.
 			s.hedges.Add(-1)
 		}
 		ch <- attemptResult{v, err}

@@ -204,12 +204,13 @@
 // 1,024 to 2,048 calls; a histogram of four buckets per power of two, so
 // rounded up by at most a quarter), so that on a quiet network about 1% of
 // the attempts made on goroutines hedge (a first attempt made inline,
-// below, waits longer, and almost none does); it is at least 500 µs (less would save too little for the
-// load it adds) and at most a quarter of the time the call has
-// (WithTimeout, or its caller's deadline when nearer: 7.5 ms at the
-// default 30 ms), so that up to three hedges, one a delay after the
-// other, fit with time for a round trip; until the first 1,024 calls it
-// is that quarter. Hedges are bounded per store: 16 in flight at most,
+// below, waits longer, and almost none does); it is at least 500 µs
+// (less would save too little for the load it adds) and at most a
+// quarter of the time the call has (WithTimeout, or its caller's
+// deadline when nearer: 7.5 ms at the default 30 ms), so that up to
+// three hedges, one a delay after the other, fit with time for a round
+// trip; until the first 1,024 calls it is that quarter. Hedges are
+// bounded per store: 16 in flight at most,
 // and per window of 1,024 calls at most 16 plus 10% of the window's calls
 // so far, so the extra load on Redis stays far below double. None is sent
 // while the breaker is open, unless Redis answered some call of this
