@@ -310,12 +310,15 @@ func TestHedgesCountOnlyCallsSentAgain(t *testing.T) {
 // timeout.
 func TestSilentReplyAfterAQuietSpell(t *testing.T) {
 	srv := redistest.Start(t)
-	p, s, _ := silentSetup(t, srv, redisstore.WithTimeout(50*time.Millisecond))
+	// 200 ms calls (a first hedge after 50 ms): with 50 ms calls, CI under
+	// -race saw a first hedge's answer outlast its 12.5 ms delay, and a
+	// second hedge sent.
+	p, s, _ := silentSetup(t, srv, redisstore.WithTimeout(200*time.Millisecond))
 	ctx := context.Background()
 	d, err := s.Admit(ctx, soloReq("sk-quiet", 1))
 	require.NoError(t, err)
 	require.Empty(t, d.Receipt)
-	time.Sleep(120 * time.Millisecond) // idle past WithTimeout: no answer within it
+	time.Sleep(450 * time.Millisecond) // idle past WithTimeout: no answer within it
 	p.SilenceNext(1)
 	d, err = s.Admit(ctx, soloReq("sk-quiet", 1))
 	require.NoError(t, err)
