@@ -142,8 +142,8 @@ func callStore[T any](c *storeCaller, parent context.Context, f func(context.Con
 // has returned, not at this call's return). A panic inside it is returned
 // as a *PanicError.
 func callDirect[T any](c *storeCaller, parent context.Context, f func(context.Context) (T, error)) (v T, err error) {
-	ctx, cancel := deadline.After(parent, time.Now(), c.timeout)
-	defer cancel()
+	ctx, r := deadline.Bound(parent, time.Now(), c.timeout)
+	defer r.Release()
 	defer func() {
 		if p := recover(); p != nil {
 			var zero T

@@ -7,9 +7,10 @@
 // deadlines fall in the same Grain share one: a deadline is rounded up to
 // the next Grain boundary, and every context ending there, while any is
 // held, shares one stdlib context, whose timer ends them all at once
-// (with calls in flight, three allocations, 64 bytes, about 0.2 µs a
-// call; a call alone makes its boundary's context, about 0.1 µs more
-// than context.WithTimeout: BenchmarkStoreCallContext). The shared
+// (with calls in flight, Bound makes one allocation, 32 bytes, about
+// 0.1 µs a call; a call alone makes its boundary's context, in as many
+// allocations and about the time context.WithTimeout takes:
+// BenchmarkStoreCallContext, TestBoundAllocs). The shared
 // context counts its holders: the last to let go (its cancel func) stops
 // the timer, so a timer fires only for calls still running at their
 // deadline, as with context.WithTimeout (a timer firing every millisecond
@@ -44,6 +45,9 @@ type shared struct {
 	// holders counts the contexts holding it; -1 once the last let go
 	// (its timer stopped): none may take it then.
 	holders atomic.Int64
+	// first is the Context of the call that made it, allocated with it
+	// (a call alone makes its boundary's context: one allocation fewer).
+	first Context
 }
 
 // ring holds the boundaries held, boundary idx at idx % ringSize; the
@@ -109,34 +113,53 @@ func (c *Context) release() {
 // time.Now(): the deadline is counted from it. A d not above 0 or above
 // about ringSize Grains gets context.WithTimeout's, not rounded.
 func After(parent context.Context, now time.Time, d time.Duration) (context.Context, context.CancelFunc) {
-	idx := boundaryOf(now, d)
-	if d <= 0 || d > (ringSize-2)*Grain || idx <= 0 {
-		return context.WithTimeout(context.WithoutCancel(parent), d)
-	}
-	sh := hold(idx, now)
-	c := &Context{values: parent, sh: sh}
-	return c, c.release
+	ctx, r := Bound(parent, now, d)
+	return ctx, r.Release
 }
 
-// Within returns parent when it ends within d after now; otherwise a
-// context that ends d after now (rounded up to Grain) or when parent
-// ends, whichever is first, and its cancel func. For a parent After made
-// (or one wrapping it with values only), which ends at its deadline or
-// at its cancel (made by its caller after this call is done), that is a
-// shared context of the same values, or parent itself when that would
-// end at parent's boundary or later; for any other, context.WithTimeout's.
-// now must be time.Now().
+// Releaser ends a context Bound made: its Release is After's cancel
+// func, as a value (a func value bound to the context would be an
+// allocation of its own, per call).
+type Releaser struct {
+	c      *Context
+	cancel context.CancelFunc // a context of its own (context.WithTimeout's)
+}
+
+// Release lets the context go, as After's cancel func does; a second
+// call does nothing.
+func (r Releaser) Release() {
+	if r.c != nil {
+		r.c.release()
+	} else if r.cancel != nil {
+		r.cancel()
+	}
+}
+
+// Bound is After, its cancel func a Releaser.
+func Bound(parent context.Context, now time.Time, d time.Duration) (context.Context, Releaser) {
+	idx := boundaryOf(now, d)
+	if d <= 0 || d > (ringSize-2)*Grain || idx <= 0 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
+		return ctx, Releaser{cancel: cancel}
+	}
+	c := hold(idx, now, parent)
+	return c, Releaser{c: c}
+}
+
+// Within returns parent when it ends within d after now, rounded up to
+// Grain (as After rounds: an After of the same d made a little earlier
+// serves, and no second context is made); otherwise a context that ends d
+// after now (rounded up to Grain) or when parent ends, whichever is
+// first, and its cancel func. For a parent After made (or one wrapping it
+// with values only), which ends at its deadline or at its cancel (made by
+// its caller after this call is done), that is a shared context of the
+// same values; for any other, context.WithTimeout's. now must be
+// time.Now().
 func Within(parent context.Context, now time.Time, d time.Duration) (context.Context, context.CancelFunc) {
-	if dl, ok := parent.Deadline(); ok && dl.Sub(now) <= d {
+	if dl, ok := parent.Deadline(); ok && dl.Sub(now) <= d+Grain {
 		return parent, nop
 	}
 	if p, ok := parent.Value(key{}).(*Context); ok && parent.Done() == p.Done() {
-		if boundaryOf(now, d) >= p.sh.idx {
-			// A context of its own would end at the parent's boundary
-			// or after it: parent ends first (an After of the same d
-			// made a little earlier, rounded up to the same Grain).
-			return parent, nop
-		}
 		return After(parent, now, d)
 	}
 	return context.WithTimeout(parent, d)
@@ -171,14 +194,15 @@ func (sh *shared) drop() {
 	}
 }
 
-// hold returns the shared context of boundary idx, held once more,
-// making it (and its timer) when none is held; now is time.Now().
-func hold(idx int64, now time.Time) *shared {
+// hold returns a Context of parent's values holding the shared context
+// of boundary idx once more, making that (and its timer) when none is
+// held; now is time.Now().
+func hold(idx int64, now time.Time, parent context.Context) *Context {
 	place := &ring[idx%ringSize]
 	for {
 		old := place.Load()
 		if old != nil && old.idx == idx && old.take() {
-			return old
+			return &Context{values: parent, sh: old}
 		}
 		// The boundary as a time read from now (its monotonic and its
 		// wall reading both now's plus the time to the boundary), not
@@ -187,8 +211,9 @@ func hold(idx int64, now time.Time) *shared {
 		sh := &shared{idx: idx, deadline: now.Add(time.Duration(idx)*Grain - now.Sub(origin))}
 		sh.holders.Store(1)
 		sh.ctx, sh.cancel = context.WithDeadline(context.Background(), sh.deadline)
+		sh.first.values, sh.first.sh = parent, sh
 		if place.CompareAndSwap(old, sh) {
-			return sh
+			return &sh.first
 		}
 		sh.cancel()
 	}

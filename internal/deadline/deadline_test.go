@@ -254,6 +254,68 @@ func TestRingEmptiedWhenReleased(t *testing.T) {
 	}
 }
 
+// Bound's Releaser is After's cancel func as a value: it releases once,
+// however often it is called, a context of its own (beyond the ring)
+// included; the zero Releaser does nothing.
+func TestReleaser(t *testing.T) {
+	now := time.Now()
+	a, ra := Bound(context.Background(), now, 70*time.Millisecond)
+	b, rb := Bound(context.Background(), now, 70*time.Millisecond)
+	if a.Done() != b.Done() {
+		t.Fatal("two Bound contexts ending at the same boundary have their own channels")
+	}
+	ra.Release()
+	ra.Release() // a second release is no second drop
+	if a.Err() != nil {
+		t.Fatalf("ended while b holds the boundary: %v", a.Err())
+	}
+	rb.Release()
+	if !errors.Is(b.Err(), context.Canceled) {
+		t.Fatalf("b.Err() = %v once both released; want Canceled", b.Err())
+	}
+	own, r := Bound(context.Background(), now, time.Hour)
+	r.Release()
+	if own.Err() == nil {
+		t.Fatal("Release did not end a context of its own")
+	}
+	Releaser{}.Release()
+}
+
+// What a store call's context allocates: a call alone (making its
+// boundary's context) no more than context.WithTimeout(WithoutCancel(…))
+// does, a call sharing a boundary one allocation, its Context.
+func TestBoundAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own: counted without it (.ci/run, allocation guards)")
+	}
+	parent := context.WithValue(context.Background(), valueKey{}, "v")
+	withTimeout := testing.AllocsPerRun(200, func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), time.Second)
+		_ = ctx.Done()
+		cancel()
+	})
+	alone := testing.AllocsPerRun(200, func() {
+		ctx, r := Bound(parent, time.Now(), time.Second)
+		_ = ctx.Done()
+		r.Release()
+	})
+	if alone > withTimeout {
+		t.Errorf("a call alone: %v allocations; context.WithTimeout's %v", alone, withTimeout)
+	}
+	// Every call made at the same now, so at the boundary hold keeps.
+	now := time.Now()
+	_, hold := Bound(parent, now, 2*time.Second)
+	defer hold.Release()
+	shared := testing.AllocsPerRun(200, func() {
+		ctx, r := Bound(parent, now, 2*time.Second)
+		_ = ctx.Done()
+		r.Release()
+	})
+	if shared > 1 {
+		t.Errorf("a call sharing a boundary: %v allocations; want 1", shared)
+	}
+}
+
 func TestConcurrentCallers(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -277,45 +339,42 @@ func TestConcurrentCallers(t *testing.T) {
 }
 
 // BenchmarkStoreCallContext: a store call's context made, its Done and
-// Deadline read (as go-redis does), and cancelled, from every P at once:
-// alone (each cancelled before the next is made, so each After makes its
+// Deadline read (as go-redis does), and released, from every P at once:
+// alone (each released before the next is made, so each Bound makes its
 // boundary's context and stops its timer), or with 32 calls in flight per
-// P (each cancelled 32 calls later):
-// After against context.WithTimeout(context.WithoutCancel(parent)), what
-// the limiter made before.
+// P (each released 32 calls later): Bound, what the limiter makes,
+// against context.WithTimeout(context.WithoutCancel(parent)), what it
+// made before.
 //
 //	go test -run '^$' -bench StoreCallContext -benchmem -cpu 1,2 ./internal/deadline
 func BenchmarkStoreCallContext(b *testing.B) {
 	parent := context.WithValue(context.Background(), valueKey{}, "v")
-	withTimeout := func(_ context.Context, _ time.Time, d time.Duration) (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(parent), d)
+	withTimeout := func(_ context.Context, _ time.Time, d time.Duration) (context.Context, Releaser) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
+		return ctx, Releaser{cancel: cancel}
 	}
 	for _, inFlight := range []int{0, 32} {
 		for _, c := range []struct {
 			name string
-			make func(context.Context, time.Time, time.Duration) (context.Context, context.CancelFunc)
-		}{{"WithTimeout", withTimeout}, {"After", After}} {
+			make func(context.Context, time.Time, time.Duration) (context.Context, Releaser)
+		}{{"WithTimeout", withTimeout}, {"Bound", Bound}} {
 			b.Run(fmt.Sprintf("%s/in-flight=%d", c.name, inFlight), func(b *testing.B) {
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
-					held := make([]context.CancelFunc, inFlight)
+					held := make([]Releaser, inFlight)
 					for i := 0; pb.Next(); i++ {
-						ctx, cancel := c.make(parent, time.Now(), 50*time.Millisecond)
+						ctx, r := c.make(parent, time.Now(), 50*time.Millisecond)
 						_ = ctx.Done()
 						_, _ = ctx.Deadline()
 						if inFlight == 0 {
-							cancel()
+							r.Release()
 							continue
 						}
-						if prev := held[i%inFlight]; prev != nil {
-							prev()
-						}
-						held[i%inFlight] = cancel
+						held[i%inFlight].Release() // the zero Releaser does nothing
+						held[i%inFlight] = r
 					}
-					for _, cancel := range held {
-						if cancel != nil {
-							cancel()
-						}
+					for _, r := range held {
+						r.Release()
 					}
 				})
 			})
