@@ -189,11 +189,12 @@ func (h *hedger) called() {
 // deadline: the learned delay, bounded by [hedgeMinDelay, a quarter of the
 // time the call has].
 func (h *hedger) delayFor(ctx context.Context, now time.Time, timeout time.Duration) time.Duration {
-	hi := timeout
-	if dl, ok := ctx.Deadline(); ok {
-		hi = min(hi, dl.Sub(now))
-	}
-	hi /= 4
+	return h.delayLeft(timeLeftAt(ctx, now), timeout)
+}
+
+// delayLeft is delayFor of a call that has left before its deadline.
+func (h *hedger) delayLeft(left, timeout time.Duration) time.Duration {
+	hi := min(timeout, left) / 4
 	d := time.Duration(h.delay.Load())
 	if d == 0 {
 		return max(hi, 0)
@@ -239,7 +240,17 @@ func (s *Store) hedged(ctx context.Context, now time.Time, script *redis.Script,
 	h := &s.hedge
 	h.called()
 	lone := h.active.Add(1) == 1
+	// One return under the defer: the compiler then runs it in line
+	// (open-coded), not through the runtime's defer records, which cost
+	// about 160 instructions a call (a defer per return; see race).
 	defer h.active.Add(-1)
+	return s.hedgedFrom(ctx, now, script, keys, args, lone)
+}
+
+// hedgedFrom is hedged once the call is counted; lone: no other
+// hedgeable call of the store was in flight.
+func (s *Store) hedgedFrom(ctx context.Context, now time.Time, script *redis.Script, keys []string, args []any, lone bool) (any, error) {
+	h := &s.hedge
 	hedges := 0
 	resend := false // the first attempt below is a hedge drawn from the bounds
 	// Inline only once a delay is learned (the store's first hedgeWindow
@@ -271,6 +282,15 @@ func (s *Store) hedged(ctx context.Context, now time.Time, script *redis.Script,
 			s.hedges.Add(1)
 		}
 	}
+	return s.race(ctx, script, keys, args, hedges, resend)
+}
+
+// race runs a call's attempts on goroutines: the first now (a hedge
+// drawn from the bounds when resend; counted in Hedges when hedges is 1,
+// the call's inline attempt having timed out), then a hedge each delay
+// while none has answered, within the bounds; the first answer wins.
+func (s *Store) race(ctx context.Context, script *redis.Script, keys []string, args []any, hedges int, resend bool) (any, error) {
+	h := &s.hedge
 	ch := make(chan attemptResult, 1+hedgeMaxPerCall)
 	// The attempts on goroutines end when this call returns: one still
 	// queued for a connection gives up, a reply lost on a reset is not
@@ -376,7 +396,8 @@ const (
 // timeout), or when the call has too little time for an attempt inline
 // (err is nil: none was made, and hedged makes the first).
 func (s *Store) inline(ctx context.Context, now time.Time, script *redis.Script, keys []string, args []any) (v any, err error, done bool) {
-	d := min(max(inlineWaitFactor*s.hedge.delayFor(ctx, now, s.timeout), inlineWaitFloor), timeLeftAt(ctx, now)/2)
+	left := timeLeftAt(ctx, now)
+	d := min(max(inlineWaitFactor*s.hedge.delayLeft(left, s.timeout), inlineWaitFloor), left/2)
 	if d < hedgeMinDelay {
 		return nil, nil, false // too little time to wait and send again: hedged makes the first attempt
 	}

@@ -484,8 +484,9 @@ func WithClock(now func() time.Time) Option {
 // the limiter's store timeout (llmrate.WithStoreTimeout, 50 ms by default)
 // so that WithFallbackLocal can answer in time. d must be positive. Under
 // the limiter, a call's deadline is d rounded up to the next millisecond
-// (the calls ending in the same millisecond share one timer); the limiter's
-// own deadline serves when it is no later.
+// (the calls ending in the same millisecond share one timer); a caller's
+// deadline (the limiter's own, say) serves when it is at most a
+// millisecond later than d.
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.timeout = d })
 }
@@ -730,8 +731,9 @@ func (s *Store) nowArg() string {
 }
 
 // bound returns ctx bounded by the store's timeout: ctx itself when its
-// deadline is already that near (the limiter's store timeout, when it is
-// not longer than this one); under the limiter (whose store-call context
+// deadline is already that near, or at most a millisecond later (the
+// limiter's store timeout, when it is not longer than this one); under
+// the limiter (whose store-call context
 // has no cancellation but its deadline's and its holders' release), a
 // context sharing its end with the calls ending in the same millisecond,
 // with no timer of its own (internal/deadline: the deadline rounded up by
