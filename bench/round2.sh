@@ -7,6 +7,11 @@
 #   bash bench/round2.sh hot > bench/hot-round2.txt
 #   bash bench/round2.sh middleware > bench/middleware-round2.txt
 #   bash bench/round2.sh redis > bench/redis-round2.txt
+# redis1 is redis's llmrate case at one goroutine only. PIN=<cpu> runs each
+# binary (and the redis-server it starts) on that one CPU with
+# GOMAXPROCS=1: a diagnostic, not the benchmark of record; with nothing
+# to wait on across cores, the client's own CPU per admission shows
+# through the scheduling noise of two cores.
 set -euo pipefail
 export GOWORK=off
 cd "$(dirname "$0")/.."
@@ -23,15 +28,20 @@ scaling) args=(-test.bench 'Decision/(llmrate-4buckets-(default|separate)|go-lim
 hot) args=(-test.bench 'Decision/(llmrate-4buckets-(default|separate)|go-limiter)/hot' -test.cpu 2 -test.benchtime "${BENCHTIME:-300ms}") ;;
 middleware) args=(-test.bench '^BenchmarkMiddleware$' -test.benchtime 300ms -test.benchmem) ;;
 redis) args=(-test.bench '^BenchmarkMiddlewareRedis$/^distinct$/^(llmrate-middleware-direct|redis_rate)$' -test.benchtime "${OPS:-5000}x" -test.benchmem) ;;
+redis1) args=(-test.bench '^BenchmarkMiddlewareRedis$/^distinct$/^llmrate-middleware-direct$/^goroutines=1$' -test.benchtime "${OPS:-10000}x" -test.benchmem) ;;
 redisstore) args=(-test.bench '^BenchmarkRedis$/^(llmrate-4buckets-default-unbatched|llmrate-4buckets-default-unbatched-id|redis_rate)$' -test.benchtime 5000x) ;;
-*) echo "usage: $0 scaling|hot|middleware|redis|redisstore" >&2; exit 2 ;;
+*) echo "usage: $0 scaling|hot|middleware|redis|redis1|redisstore" >&2; exit 2 ;;
 esac
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(go version) $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# before = bench test binary of $BEFORE, after = of $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' + uncommitted changes'); each round runs both with: ${args[*]}"
+pin=()
+if [ -n "${PIN:-}" ]; then
+	pin=(env GOMAXPROCS=1 taskset -c "$PIN")
+fi
+echo "# before = bench test binary of $BEFORE, after = of $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' + uncommitted changes'); each round runs both with: ${pin[*]} ${args[*]}"
 for r in $(seq "$ROUNDS"); do
 	for bin in before after; do
 		echo "# round $r: $bin"
-		(cd bench && "$tmp/$bin.test" -test.run '^$' "${args[@]}" | grep -E '^Benchmark')
+		(cd bench && "${pin[@]}" "$tmp/$bin.test" -test.run '^$' "${args[@]}" | grep -E '^Benchmark')
 	done
 done
 echo "# end $(date -u +%Y-%m-%dT%H:%MZ); load: $(cut -d' ' -f1-3 /proc/loadavg)"
