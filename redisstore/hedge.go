@@ -289,6 +289,9 @@ func (s *Store) hedgedFrom(ctx context.Context, now time.Time, script *redis.Scr
 // drawn from the bounds when resend; counted in Hedges when hedges is 1,
 // the call's inline attempt having timed out), then a hedge each delay
 // while none has answered, within the bounds; the first answer wins.
+// Its two defers stay open-coded while returns × defers is at most 15
+// (seven returns now): one return more would put them back on the
+// runtime's defer records (go build -gcflags=-d=defer ./redisstore says).
 func (s *Store) race(ctx context.Context, script *redis.Script, keys []string, args []any, hedges int, resend bool) (any, error) {
 	h := &s.hedge
 	ch := make(chan attemptResult, 1+hedgeMaxPerCall)

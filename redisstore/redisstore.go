@@ -484,9 +484,8 @@ func WithClock(now func() time.Time) Option {
 // the limiter's store timeout (llmrate.WithStoreTimeout, 50 ms by default)
 // so that WithFallbackLocal can answer in time. d must be positive. Under
 // the limiter, a call's deadline is d rounded up to the next millisecond
-// (the calls ending in the same millisecond share one timer); a caller's
-// deadline (the limiter's own, say) serves when it is at most a
-// millisecond later than d.
+// (the calls ending in the same millisecond share one timer); the limiter's
+// own deadline serves when it is no later.
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.timeout = d })
 }
@@ -730,15 +729,16 @@ func (s *Store) nowArg() string {
 	return strconv.FormatInt(s.clock().UnixMicro(), 10)
 }
 
-// bound returns ctx bounded by the store's timeout: ctx itself when its
-// deadline is already that near, or at most a millisecond later (the
-// limiter's store timeout, when it is not longer than this one); under
-// the limiter (whose store-call context
-// has no cancellation but its deadline's and its holders' release), a
-// context sharing its end with the calls ending in the same millisecond,
-// with no timer of its own (internal/deadline: the deadline rounded up by
-// at most a millisecond); otherwise context.WithTimeout's.
-func (s *Store) bound(ctx context.Context, now time.Time) (context.Context, context.CancelFunc) {
+// bound returns ctx bounded by the store's timeout, and what releases it
+// once the call is done: ctx itself when its deadline is already that
+// near (the limiter's store timeout, when it is not longer than this
+// one); under the limiter (whose store-call context has no cancellation
+// but its deadline's and its holders' release), a context sharing its end
+// with the calls ending in the same millisecond, with no timer of its own
+// (internal/deadline: the deadline rounded up by at most a millisecond),
+// or the limiter's own when that ends no later; otherwise
+// context.WithTimeout's.
+func (s *Store) bound(ctx context.Context, now time.Time) (context.Context, deadline.Releaser) {
 	return deadline.Within(ctx, now, s.timeout)
 }
 
@@ -845,8 +845,8 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	sent := time.Now()
-	cctx, cancel := s.bound(ctx, sent)
-	defer cancel()
+	cctx, r := s.bound(ctx, sent)
+	defer r.Release()
 	var v any
 	var err error
 	if resend {

@@ -8,8 +8,8 @@
 // the next Grain boundary, and every context ending there, while any is
 // held, shares one stdlib context, whose timer ends them all at once
 // (with calls in flight, Bound makes one allocation, 32 bytes, about
-// 0.1 µs a call; a call alone makes its boundary's context, in as many
-// allocations and about the time context.WithTimeout takes:
+// 0.1 µs a call; a call alone makes its boundary's context, in one
+// allocation more than context.WithTimeout and about the time it takes:
 // BenchmarkStoreCallContext, TestBoundAllocs). The shared
 // context counts its holders: the last to let go (its cancel func) stops
 // the timer, so a timer fires only for calls still running at their
@@ -45,9 +45,6 @@ type shared struct {
 	// holders counts the contexts holding it; -1 once the last let go
 	// (its timer stopped): none may take it then.
 	holders atomic.Int64
-	// first is the Context of the call that made it, allocated with it
-	// (a call alone makes its boundary's context: one allocation fewer).
-	first Context
 }
 
 // ring holds the boundaries held, boundary idx at idx % ringSize; the
@@ -94,9 +91,6 @@ func (c *Context) Value(k any) any {
 }
 
 func (c *Context) String() string { return "deadline.Context(" + c.sh.deadline.String() + ")" }
-
-// nop is the cancel func of a context Within returned as it was.
-func nop() {}
 
 // release is a Context's cancel func: its boundary's holder count drops
 // (once, however often it is called), and the last holder stops the
@@ -146,23 +140,35 @@ func Bound(parent context.Context, now time.Time, d time.Duration) (context.Cont
 	return c, Releaser{c: c}
 }
 
-// Within returns parent when it ends within d after now, rounded up to
-// Grain (as After rounds: an After of the same d made a little earlier
-// serves, and no second context is made); otherwise a context that ends d
-// after now (rounded up to Grain) or when parent ends, whichever is
-// first, and its cancel func. For a parent After made (or one wrapping it
-// with values only), which ends at its deadline or at its cancel (made by
-// its caller after this call is done), that is a shared context of the
-// same values; for any other, context.WithTimeout's. now must be
-// time.Now().
-func Within(parent context.Context, now time.Time, d time.Duration) (context.Context, context.CancelFunc) {
-	if dl, ok := parent.Deadline(); ok && dl.Sub(now) <= d+Grain {
-		return parent, nop
+// Within returns parent when it ends within d after now; otherwise a
+// context that ends d after now (rounded up to Grain) or when parent
+// ends, whichever is first, and its Releaser. For a parent After or Bound
+// made (or one wrapping it with values only), which ends at its deadline
+// or at its release (made by its caller after this call is done), that is
+// a shared context of the same values, or parent itself when that would
+// end at parent's boundary or later (an After of the same d made a little
+// earlier, rounded up to the same Grain); for any other,
+// context.WithTimeout's. now must be time.Now().
+func Within(parent context.Context, now time.Time, d time.Duration) (context.Context, Releaser) {
+	if dl, ok := parent.Deadline(); ok && dl.Sub(now) <= d {
+		return parent, Releaser{}
 	}
-	if p, ok := parent.Value(key{}).(*Context); ok && parent.Done() == p.Done() {
-		return After(parent, now, d)
+	p, _ := parent.(*Context) // the limiter's, passed as it is: no lookup
+	if p == nil {
+		if q, ok := parent.Value(key{}).(*Context); ok && parent.Done() == q.Done() {
+			p = q
+		}
 	}
-	return context.WithTimeout(parent, d)
+	if p != nil {
+		// parent's deadline is more than d away (above), so d is no
+		// longer than the time to a boundary in the ring: no overflow.
+		if boundaryOf(now, d) >= p.sh.idx {
+			return parent, Releaser{}
+		}
+		return Bound(parent, now, d)
+	}
+	ctx, cancel := context.WithTimeout(parent, d)
+	return ctx, Releaser{cancel: cancel}
 }
 
 // boundaryOf is the boundary a context made at now for d ends at: d
@@ -211,9 +217,12 @@ func hold(idx int64, now time.Time, parent context.Context) *Context {
 		sh := &shared{idx: idx, deadline: now.Add(time.Duration(idx)*Grain - now.Sub(origin))}
 		sh.holders.Store(1)
 		sh.ctx, sh.cancel = context.WithDeadline(context.Background(), sh.deadline)
-		sh.first.values, sh.first.sh = parent, sh
 		if place.CompareAndSwap(old, sh) {
-			return &sh.first
+			// The caller's Context is an allocation of its own, not a
+			// field of sh: sh lives while any call of its boundary holds
+			// it, and the caller's values (its request's context) must
+			// not live on with it after the caller let go.
+			return &Context{values: parent, sh: sh}
 		}
 		sh.cancel()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -89,8 +90,8 @@ func TestWithin(t *testing.T) {
 	now := time.Now()
 	outer, cancelOuter := After(context.Background(), now, time.Second)
 	defer cancelOuter()
-	inner, cancel := Within(outer, now, 10*time.Millisecond)
-	defer cancel()
+	inner, r := Within(outer, now, 10*time.Millisecond)
+	defer r.Release()
 	if _, ok := inner.(*Context); !ok {
 		t.Fatalf("Within a shared context made %T; want a shared one", inner)
 	}
@@ -110,8 +111,8 @@ func TestWithin(t *testing.T) {
 		t.Fatal("Within an equal timeout, a moment later, made a second context")
 	}
 	parent, cancelParent := context.WithCancel(context.Background())
-	own, cancelOwn := Within(parent, now, time.Second)
-	defer cancelOwn()
+	own, rOwn := Within(parent, now, time.Second)
+	defer rOwn.Release()
 	cancelParent()
 	waitDone(t, own, 5*time.Second)
 	if !errors.Is(own.Err(), context.Canceled) {
@@ -162,13 +163,45 @@ func TestDerivedStartsNoGoroutine(t *testing.T) {
 	}
 }
 
+// Within's own timeout is exact against a parent that is not a shared
+// context: a parent ending a moment after d does not serve (the store's
+// call would run past its own timeout), and a timeout too long to round
+// (math.MaxInt64: "no timeout of the store's own") keeps the parent's
+// deadline, as it did before there was rounding.
+func TestWithinExactAndHuge(t *testing.T) {
+	now := time.Now()
+	for _, d := range []time.Duration{200 * time.Microsecond, 30 * time.Millisecond} {
+		parent, cancel := context.WithDeadline(context.Background(), now.Add(d+500*time.Microsecond))
+		got, rGot := Within(parent, now, d)
+		if got == parent {
+			t.Errorf("Within(%v) served a plain parent ending %v later", d, 500*time.Microsecond)
+		}
+		if dl, _ := got.Deadline(); dl.Sub(now) >= d+500*time.Microsecond {
+			t.Errorf("Within(%v): deadline %v after now; want d (and the moment since now)", d, dl.Sub(now))
+		}
+		rGot.Release()
+		cancel()
+	}
+	limiter, cancelLimiter := After(context.Background(), now, 50*time.Millisecond)
+	defer cancelLimiter()
+	plain, cancelPlain := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelPlain()
+	for name, parent := range map[string]context.Context{"shared": limiter, "plain": plain} {
+		got, r := Within(parent, now, time.Duration(math.MaxInt64))
+		if dl, _ := got.Deadline(); dl.Sub(now) > time.Second {
+			t.Errorf("%s parent, Within(MaxInt64): deadline %v after now; want the parent's 50 ms", name, dl.Sub(now))
+		}
+		r.Release()
+	}
+}
+
 func TestWithinAWrappedParent(t *testing.T) {
 	now := time.Now()
 	outer, cancelOuter := After(context.Background(), now, time.Second)
 	defer cancelOuter()
 	wrapped := context.WithValue(outer, valueKey{}, "w")
-	inner, cancel := Within(wrapped, now, 10*time.Millisecond)
-	defer cancel()
+	inner, r := Within(wrapped, now, 10*time.Millisecond)
+	defer r.Release()
 	if _, ok := inner.(*Context); !ok {
 		t.Fatalf("Within a value-wrapped shared context made %T; want a shared one", inner)
 	}
@@ -178,8 +211,8 @@ func TestWithinAWrappedParent(t *testing.T) {
 	// A wrapper that adds a cancellation of its own is no shared context:
 	// Within follows its cancellation with context.WithTimeout's.
 	cancellable, cancelIt := context.WithCancel(outer)
-	own, cancelOwn := Within(cancellable, now, 10*time.Millisecond)
-	defer cancelOwn()
+	own, rOwn := Within(cancellable, now, 10*time.Millisecond)
+	defer rOwn.Release()
 	if _, ok := own.(*Context); ok {
 		t.Fatal("Within a cancellable wrapper made a shared context, deaf to its cancel")
 	}
@@ -282,8 +315,9 @@ func TestReleaser(t *testing.T) {
 }
 
 // What a store call's context allocates: a call alone (making its
-// boundary's context) no more than context.WithTimeout(WithoutCancel(…))
-// does, a call sharing a boundary one allocation, its Context.
+// boundary's context) one more than context.WithTimeout(WithoutCancel(…))
+// (its Context, apart from the boundary: TestReleasedValuesNotKept), a
+// call sharing a boundary one, its Context.
 func TestBoundAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own: counted without it (.ci/run, allocation guards)")
@@ -299,7 +333,7 @@ func TestBoundAllocs(t *testing.T) {
 		_ = ctx.Done()
 		r.Release()
 	})
-	if alone > withTimeout {
+	if alone > withTimeout+1 {
 		t.Errorf("a call alone: %v allocations; context.WithTimeout's %v", alone, withTimeout)
 	}
 	// Every call made at the same now, so at the boundary hold keeps.
@@ -313,6 +347,41 @@ func TestBoundAllocs(t *testing.T) {
 	})
 	if shared > 1 {
 		t.Errorf("a call sharing a boundary: %v allocations; want 1", shared)
+	}
+}
+
+// A call's values (its request's context) are not kept once it let go,
+// though another call still holds its boundary, which the first made.
+func TestReleasedValuesNotKept(t *testing.T) {
+	now := time.Now()
+	freed := make(chan struct{})
+	var b context.Context
+	var rb Releaser
+	func() {
+		big := new([1 << 20]byte)
+		runtime.AddCleanup(big, func(struct{}) { close(freed) }, struct{}{})
+		parent := context.WithValue(context.Background(), valueKey{}, big)
+		a, ra := Bound(parent, now, time.Second) // makes the boundary
+		b, rb = Bound(context.Background(), now, time.Second)
+		if a.Done() != b.Done() {
+			t.Fatal("the two calls do not share a boundary")
+		}
+		ra.Release()
+	}()
+	defer rb.Release()
+	if b.Err() != nil {
+		t.Fatal("the second call's boundary ended")
+	}
+	for i := 0; ; i++ {
+		runtime.GC()
+		select {
+		case <-freed:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if i == 100 {
+			t.Fatal("the first call's values still reachable while the second holds the boundary")
+		}
 	}
 }
 
