@@ -259,7 +259,7 @@ func (s *Store) hedgedFrom(ctx context.Context, now time.Time, script *redis.Scr
 	// closes every connection it times out, late replies with them, while
 	// an attempt on a goroutine keeps reading to its call's deadline plus
 	// WithTimeout beside its hedges (TestSlowStartKeepsConnections).
-	if s.direct && !s.open.Load() && s.live(now) && h.delay.Load() != 0 {
+	if s.direct && !s.open.Load() && h.delay.Load() != 0 && s.live(now) {
 		v, err, done := s.inline(ctx, now, script, keys, args)
 		if done {
 			return v, err
@@ -304,7 +304,7 @@ func (s *Store) race(ctx context.Context, script *redis.Script, keys []string, a
 	defer gcancel()
 	actx := gctx
 	if dl, ok := ctx.Deadline(); ok {
-		actx = attemptCtx{gctx, dl.Add(s.timeout)}
+		actx = &attemptCtx{gctx, dl.Add(s.timeout)}
 	}
 	if !s.launch(actx, ch, script, keys, args, resend, hedges == 1) {
 		if resend {
@@ -404,7 +404,7 @@ func (s *Store) inline(ctx context.Context, now time.Time, script *redis.Script,
 	if d < hedgeMinDelay {
 		return nil, nil, false // too little time to wait and send again: hedged makes the first attempt
 	}
-	v, err = s.attempt(attemptCtx{ctx, now.Add(d)}, now, script, keys, args)
+	v, err = s.attempt(&attemptCtx{ctx, now.Add(d)}, now, script, keys, args)
 	if err == nil || ctx.Err() != nil || !timedOut(err) {
 		return v, err, true
 	}
@@ -467,7 +467,7 @@ type attemptCtx struct {
 	deadline time.Time
 }
 
-func (c attemptCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *attemptCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // launch starts one attempt of a call on a goroutine of its own, which
 // sends its result on ch (buffered: it never blocks). On a client that
@@ -515,9 +515,13 @@ func (s *Store) launch(ctx context.Context, ch chan<- attemptResult, script *red
 func (s *Store) attempt(ctx context.Context, start time.Time, script *redis.Script, keys []string, args []any) (any, error) {
 	for try := 0; ; try++ {
 		v, err := script.Run(ctx, s.c, keys, args...).Result()
-		end := time.Now()
+		// time.Since reads the monotonic clock alone, where time.Now
+		// reads the wall clock too: the latency and the answer's time
+		// need only the one.
+		lat := time.Since(start)
+		end := start.Add(lat)
 		if err == nil {
-			s.hedge.observe(end.Sub(start), end)
+			s.hedge.observe(lat, end)
 			return v, nil
 		}
 		if try == maxResends || ctx.Err() != nil || !lostReply(err) {
