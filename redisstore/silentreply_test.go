@@ -402,15 +402,15 @@ func TestAttemptsEndWhenTheCallReturns(t *testing.T) {
 	// Two calls ending in the same millisecond: the other is still
 	// running (held) when this one returns.
 	now := time.Now()
-	ctx, cancel := deadline.After(context.Background(), now, 3*time.Second)
-	other, cancelOther := deadline.After(context.Background(), now, 3*time.Second)
-	defer cancelOther()
+	ctx, r := deadline.Bound(context.Background(), now, 3*time.Second)
+	other, rOther := deadline.Bound(context.Background(), now, 3*time.Second)
+	defer rOther.Release()
 	mu.Lock()
 	attempts = nil
 	mu.Unlock()
 	p.SilenceNext(1)
 	d, err := s.Admit(ctx, soloReq("sk-ends", 100))
-	cancel()
+	r.Release()
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	require.Equal(t, int64(1), s.Hedges(), "a hedge decided the call")

@@ -101,35 +101,13 @@ func (c *Context) release() {
 	}
 }
 
-// After returns a context with parent's values, not its cancellation,
-// that ends d after now (rounded up to Grain), and its cancel func, to be
-// called once the call is done, as context.WithTimeout's. now must be
-// time.Now(): the deadline is counted from it. A d not above 0 or above
-// about ringSize Grains gets context.WithTimeout's, not rounded.
-func After(parent context.Context, now time.Time, d time.Duration) (context.Context, context.CancelFunc) {
-	ctx, r := Bound(parent, now, d)
-	return ctx, r.Release
-}
-
-// Releaser ends a context Bound made: its Release is After's cancel
-// func, as a value (a func value bound to the context would be an
-// allocation of its own, per call).
-type Releaser struct {
-	c      *Context
-	cancel context.CancelFunc // a context of its own (context.WithTimeout's)
-}
-
-// Release lets the context go, as After's cancel func does; a second
-// call does nothing.
-func (r Releaser) Release() {
-	if r.c != nil {
-		r.c.release()
-	} else if r.cancel != nil {
-		r.cancel()
-	}
-}
-
-// Bound is After, its cancel func a Releaser.
+// Bound returns a context with parent's values, not its cancellation,
+// that ends d after now (rounded up to Grain), and its Releaser, to be
+// released once the call is done, as context.WithTimeout's cancel func
+// is called (a Releaser is a value: a func bound to the context would be
+// an allocation of its own, per call). now must be time.Now(): the
+// deadline is counted from it. A d not above 0 or above about ringSize
+// Grains gets context.WithTimeout's, not rounded.
 func Bound(parent context.Context, now time.Time, d time.Duration) (context.Context, Releaser) {
 	idx := boundaryOf(now, d)
 	if d <= 0 || d > (ringSize-2)*Grain || idx <= 0 {
@@ -140,13 +118,29 @@ func Bound(parent context.Context, now time.Time, d time.Duration) (context.Cont
 	return c, Releaser{c: c}
 }
 
+// Releaser lets go of a context Bound or Within made.
+type Releaser struct {
+	c      *Context
+	cancel context.CancelFunc // a context of its own (context.WithTimeout's)
+}
+
+// Release lets the context go; a second call does nothing, as a second
+// call of a cancel func does nothing. The zero Releaser does nothing.
+func (r Releaser) Release() {
+	if r.c != nil {
+		r.c.release()
+	} else if r.cancel != nil {
+		r.cancel()
+	}
+}
+
 // Within returns parent when it ends within d after now; otherwise a
 // context that ends d after now (rounded up to Grain) or when parent
-// ends, whichever is first, and its Releaser. For a parent After or Bound
+// ends, whichever is first, and its Releaser. For a parent Bound
 // made (or one wrapping it with values only), which ends at its deadline
 // or at its release (made by its caller after this call is done), that is
 // a shared context of the same values, or parent itself when that would
-// end at parent's boundary or later (an After of the same d made a little
+// end at parent's boundary or later (a Bound of the same d made a little
 // earlier, rounded up to the same Grain); for any other,
 // context.WithTimeout's. now must be time.Now().
 func Within(parent context.Context, now time.Time, d time.Duration) (context.Context, Releaser) {

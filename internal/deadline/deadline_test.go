@@ -13,6 +13,13 @@ import (
 
 type valueKey struct{}
 
+// after is Bound with its Releaser as a cancel func, as the tests hold
+// them (in maps and slices of funcs).
+func after(parent context.Context, now time.Time, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, r := Bound(parent, now, d)
+	return ctx, r.Release
+}
+
 // waitDone waits for ctx to end, failing t when it has not within limit.
 func waitDone(t *testing.T, ctx context.Context, limit time.Duration) {
 	t.Helper()
@@ -23,11 +30,11 @@ func waitDone(t *testing.T, ctx context.Context, limit time.Duration) {
 	}
 }
 
-func TestAfterEndsAtItsRoundedDeadline(t *testing.T) {
+func TestBoundEndsAtItsRoundedDeadline(t *testing.T) {
 	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), valueKey{}, "v"))
 	defer cancelParent()
 	now := time.Now()
-	ctx, cancel := After(parent, now, 5*time.Millisecond)
+	ctx, cancel := after(parent, now, 5*time.Millisecond)
 	defer cancel()
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -57,14 +64,14 @@ func TestAfterEndsAtItsRoundedDeadline(t *testing.T) {
 
 func TestSameBoundaryShared(t *testing.T) {
 	now := time.Now()
-	a, cancelA := After(context.Background(), now, 20*time.Millisecond)
+	a, cancelA := after(context.Background(), now, 20*time.Millisecond)
 	defer cancelA()
-	b, cancelB := After(context.Background(), now, 20*time.Millisecond)
+	b, cancelB := after(context.Background(), now, 20*time.Millisecond)
 	defer cancelB()
 	if a.Done() != b.Done() {
 		t.Fatal("two contexts ending at the same boundary have their own channels")
 	}
-	c, cancelC := After(context.Background(), now, 25*time.Millisecond)
+	c, cancelC := after(context.Background(), now, 25*time.Millisecond)
 	defer cancelC()
 	if c.Done() == a.Done() {
 		t.Fatal("contexts 5 ms apart share a channel")
@@ -72,7 +79,7 @@ func TestSameBoundaryShared(t *testing.T) {
 }
 
 func TestDerivedContextEndsWithIt(t *testing.T) {
-	ctx, cancelCtx := After(context.Background(), time.Now(), 3*time.Millisecond)
+	ctx, cancelCtx := after(context.Background(), time.Now(), 3*time.Millisecond)
 	defer cancelCtx()
 	child, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -88,7 +95,7 @@ func TestDerivedContextEndsWithIt(t *testing.T) {
 
 func TestWithin(t *testing.T) {
 	now := time.Now()
-	outer, cancelOuter := After(context.Background(), now, time.Second)
+	outer, cancelOuter := after(context.Background(), now, time.Second)
 	defer cancelOuter()
 	inner, r := Within(outer, now, 10*time.Millisecond)
 	defer r.Release()
@@ -105,7 +112,7 @@ func TestWithin(t *testing.T) {
 	// The limiter's store timeout and the store's own, equal: the store's
 	// call, made a little after the limiter's, would round up to the same
 	// boundary (or, across a Grain edge, the next): the parent serves.
-	limiter, cancelLimiter := After(context.Background(), now, 30*time.Millisecond)
+	limiter, cancelLimiter := after(context.Background(), now, 30*time.Millisecond)
 	defer cancelLimiter()
 	if same, _ := Within(limiter, now.Add(100*time.Microsecond), 30*time.Millisecond); same != limiter {
 		t.Fatal("Within an equal timeout, a moment later, made a second context")
@@ -126,7 +133,7 @@ func TestWithin(t *testing.T) {
 // waiting for it: go-redis derives one per dial, a store wrapper adding a
 // value one per call.
 func TestDerivedStartsNoGoroutine(t *testing.T) {
-	ctx, cancel := After(context.Background(), time.Now(), time.Second)
+	ctx, cancel := after(context.Background(), time.Now(), time.Second)
 	defer cancel()
 	type embedded struct{ context.Context }
 	parents := map[string]context.Context{
@@ -150,7 +157,7 @@ func TestDerivedStartsNoGoroutine(t *testing.T) {
 	}
 	// And they end with it: the last holder's cancel ends the shared
 	// context, and every context derived from it.
-	local, cancelLocal := After(context.Background(), time.Now(), 40*time.Millisecond)
+	local, cancelLocal := after(context.Background(), time.Now(), 40*time.Millisecond)
 	derived, cancelDerived := context.WithCancel(context.WithValue(local, valueKey{}, "w"))
 	defer cancelDerived()
 	cancelLocal()
@@ -182,7 +189,7 @@ func TestWithinExactAndHuge(t *testing.T) {
 		rGot.Release()
 		cancel()
 	}
-	limiter, cancelLimiter := After(context.Background(), now, 50*time.Millisecond)
+	limiter, cancelLimiter := after(context.Background(), now, 50*time.Millisecond)
 	defer cancelLimiter()
 	plain, cancelPlain := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancelPlain()
@@ -197,7 +204,7 @@ func TestWithinExactAndHuge(t *testing.T) {
 
 func TestWithinAWrappedParent(t *testing.T) {
 	now := time.Now()
-	outer, cancelOuter := After(context.Background(), now, time.Second)
+	outer, cancelOuter := after(context.Background(), now, time.Second)
 	defer cancelOuter()
 	wrapped := context.WithValue(outer, valueKey{}, "w")
 	inner, r := Within(wrapped, now, 10*time.Millisecond)
@@ -222,9 +229,9 @@ func TestWithinAWrappedParent(t *testing.T) {
 
 func TestNonPositiveTimeoutEndsAtOnce(t *testing.T) {
 	for _, d := range []time.Duration{0, -time.Second} {
-		ctx, cancel := After(context.Background(), time.Now(), d)
+		ctx, cancel := after(context.Background(), time.Now(), d)
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			t.Errorf("After(%v).Err() = %v; want DeadlineExceeded at once", d, ctx.Err())
+			t.Errorf("Bound(%v).Err() = %v; want DeadlineExceeded at once", d, ctx.Err())
 		}
 		cancel()
 	}
@@ -235,7 +242,7 @@ func TestNonPositiveTimeoutEndsAtOnce(t *testing.T) {
 // wall clock plus the monotonic time since).
 func TestDeadlineWallReading(t *testing.T) {
 	now := time.Now()
-	ctx, cancel := After(context.Background(), now, 30*time.Millisecond)
+	ctx, cancel := after(context.Background(), now, 30*time.Millisecond)
 	defer cancel()
 	dl, _ := ctx.Deadline()
 	wall := dl.Round(0).Sub(now.Round(0))
@@ -246,7 +253,7 @@ func TestDeadlineWallReading(t *testing.T) {
 
 func TestBeyondTheRing(t *testing.T) {
 	now := time.Now()
-	ctx, cancel := After(context.Background(), now, time.Hour)
+	ctx, cancel := after(context.Background(), now, time.Hour)
 	if _, ok := ctx.(*Context); ok {
 		t.Fatal("an hour's deadline shared a boundary")
 	}
@@ -261,8 +268,8 @@ func TestBeyondTheRing(t *testing.T) {
 
 func TestRingEmptiedWhenReleased(t *testing.T) {
 	now := time.Now()
-	a, cancelA := After(context.Background(), now, 50*time.Millisecond)
-	b, cancelB := After(context.Background(), now, 50*time.Millisecond)
+	a, cancelA := after(context.Background(), now, 50*time.Millisecond)
+	b, cancelB := after(context.Background(), now, 50*time.Millisecond)
 	sh := a.(*Context).sh
 	place := &ring[sh.idx%ringSize]
 	cancelA()
@@ -280,14 +287,14 @@ func TestRingEmptiedWhenReleased(t *testing.T) {
 	if !errors.Is(b.Err(), context.Canceled) {
 		t.Fatalf("b.Err() = %v once every holder let go; want Canceled (its timer stopped)", b.Err())
 	}
-	c, cancelC := After(context.Background(), now, 50*time.Millisecond)
+	c, cancelC := after(context.Background(), now, 50*time.Millisecond)
 	defer cancelC()
 	if c.Err() != nil || c.(*Context).sh == sh {
 		t.Fatal("a context made after the boundary was let go took the ended one")
 	}
 }
 
-// Bound's Releaser is After's cancel func as a value: it releases once,
+// Bound's Releaser, like a cancel func: it releases once,
 // however often it is called, a context of its own (beyond the ring)
 // included; the zero Releaser does nothing.
 func TestReleaser(t *testing.T) {
@@ -393,7 +400,7 @@ func TestConcurrentCallers(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 2000; i++ {
 				now := time.Now()
-				ctx, cancel := After(context.Background(), now, time.Duration(i%7)*time.Millisecond+time.Millisecond)
+				ctx, cancel := after(context.Background(), now, time.Duration(i%7)*time.Millisecond+time.Millisecond)
 				if dl, _ := ctx.Deadline(); dl.Before(now) {
 					t.Errorf("deadline before now")
 				}
