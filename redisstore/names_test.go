@@ -14,7 +14,6 @@ import (
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -150,65 +149,4 @@ func TestCallerGivingUpIsNotARedisFailure(t *testing.T) {
 		require.NoError(t, err, "batch %d: the store still tries Redis", batch)
 		assert.True(t, d.Allowed)
 	}
-}
-
-// TestKeyNamesThroughTheNameCache: the store keeps the hashes of the names
-// it uses (a bounded cache), and a name stays the documented keyed hash
-// whatever the cache holds: three times more keys than it has slots, each
-// value both a key and a workspace (and some a model), asked for in a
-// different order by each of 8 goroutines at once, so that hashes are
-// found, missed, evicted and stored concurrently; each name checked
-// against crypto/hmac's. No Redis: names are computed in the process.
-func TestKeyNamesThroughTheNameCache(t *testing.T) {
-	secret := []byte("names-cache-secret-0123")
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-	defer c.Close()
-	s, err := redisstore.New(c, redisstore.WithPrefix("nc"), redisstore.WithHashKey(secret))
-	require.NoError(t, err)
-	const n = 3 * 4096
-	type want struct{ key, ws, model, k, w string }
-	wants := make([]want, n)
-	for i := range wants {
-		ws, model := fmt.Sprintf("v-%d", i/3), ""
-		if i%5 == 0 {
-			model = fmt.Sprintf("v-%d", i/7)
-		}
-		key := fmt.Sprintf("v-%d", i) // also some other request's workspace and model
-		base := "nc:{" + keyedHash(secret, "w", ws) + "}:"
-		if model != "" {
-			base += "m:" + keyedHash(secret, "m", model) + ":"
-		}
-		wants[i] = want{key, ws, model, base + "k:" + keyedHash(secret, "k", key), base + "w"}
-	}
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), 3))
-			for range 2 * n {
-				w := wants[rng.IntN(n/(1+g%3))] // some goroutines keep to fewer keys: they hit
-				k, ws := s.ModelKeys(w.key, w.ws, w.model)
-				if k != w.k || ws != w.w {
-					t.Errorf("ModelKeys(%q, %q, %q) = %q, %q; want %q, %q", w.key, w.ws, w.model, k, ws, w.k, w.w)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// TestKeyNamesCachedAllocs: a name whose hashes the store holds costs the
-// name's own string and nothing more (a hash computed costs one more
-// allocation, the cached hash).
-func TestKeyNamesCachedAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes sync.Pool drop items at random")
-	}
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-	defer c.Close()
-	s, err := redisstore.New(c, redisstore.WithHashKey([]byte("names-cache-secret-0123")))
-	require.NoError(t, err)
-	s.Keys("sk-a", "ws-a")
-	// Two allocations: the key entry's name and the workspace entry's.
-	assert.Equal(t, 2.0, testing.AllocsPerRun(100, func() { s.Keys("sk-a", "ws-a") }))
 }

@@ -296,6 +296,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math"
 	"net"
@@ -356,11 +357,10 @@ type Store struct {
 	timeout  time.Duration
 	retry    time.Duration
 	fallback *llmrate.MemoryStore
-	batch    *batcher   // nil: one call per admission (batch size 1)
-	leases   *leaser    // nil: no leases
-	gauges   *holder    // the slots this process holds
-	macs     sync.Pool  // of *mac
-	hashed   *nameCache // the entry names' hashes appendHash computed
+	batch    *batcher  // nil: one call per admission (batch size 1)
+	leases   *leaser   // nil: no leases
+	gauges   *holder   // the slots this process holds
+	macs     sync.Pool // of *mac
 
 	direct bool          // the client ends a call at its context's deadline
 	slots  chan struct{} // guarded calls in flight, when not direct
@@ -556,8 +556,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if !s.direct {
 		s.slots = make(chan struct{}, maxGuarded)
 	}
-	s.hashed = newNameCache()
-	s.macs.New = func() any { return &mac{h: hmac.New(sha256.New, s.hashKey), cache: s.hashed} }
+	s.macs.New = func() any { return &mac{h: hmac.New(sha256.New, s.hashKey)} }
 	if c.leasesSet {
 		id := make([]byte, 8)
 		_, _ = rand.Read(id) // never fails (crypto/rand)
@@ -702,6 +701,25 @@ func (s *Store) appendEntryPrefix(m *mac, b []byte, workspace, model string) []b
 		b = append(b, ':')
 	}
 	return b
+}
+
+// mac is a reusable HMAC state keyed with the store's secret, with scratch
+// space: once reset, a state restarts from its precomputed pads, so a name
+// costs two SHA-256 blocks and no allocation but the name's own.
+type mac struct {
+	h    hash.Hash
+	msg  []byte
+	sum  [sha256.Size]byte
+	name []byte
+}
+
+// appendHash appends to dst the hash of tag, 0, v: the first 12 bytes of
+// its HMAC-SHA256, in hex.
+func (m *mac) appendHash(dst []byte, tag byte, v string) []byte {
+	m.h.Reset()
+	m.msg = append(append(m.msg[:0], tag, 0), v...)
+	m.h.Write(m.msg)
+	return hex.AppendEncode(dst, m.h.Sum(m.sum[:0])[:12])
 }
 
 func (s *Store) nowArg() string {
