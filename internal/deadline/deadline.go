@@ -6,15 +6,19 @@
 // runtime's heap, per call: 0.5 to 0.75 µs). Here the calls whose
 // deadlines fall in the same Grain share one: a deadline is rounded up to
 // the next Grain boundary, and every context ending there, while any is
-// held, shares one stdlib context, whose timer ends them all at once
-// (with calls in flight, Bound makes one allocation, 32 bytes, about
-// 0.1 µs a call; a call alone makes its boundary's context, in one
-// allocation more than context.WithTimeout and about the time it takes:
-// BenchmarkStoreCallContext, TestBoundAllocs). The shared
-// context counts its holders: the last to let go (its cancel func) stops
-// the timer, so a timer fires only for calls still running at their
-// deadline, as with context.WithTimeout (a timer firing every millisecond
-// would wake an idle process as often).
+// held, shares one stdlib context, whose timer ends them all at once.
+// The shared context counts its holders. The last to let go keeps it,
+// idle, for the next call ending at the same boundary (calls one at a
+// time, a few a millisecond, then share one too), and retires the
+// boundary kept idle before it: its timer stopped, its context ended. So
+// at most one boundary is kept idle, and a timer fires only for calls
+// still running at their deadline, as with context.WithTimeout, or once,
+// for the boundary kept, when calls stop (a timer firing every
+// millisecond would wake an idle process as often). A call sharing a
+// boundary, in flight with others or one at a time, makes one allocation,
+// 32 bytes, about 0.1 µs; the first call of a boundary makes its context,
+// in one allocation more than context.WithTimeout and about the time it
+// takes (BenchmarkStoreCallContext, TestBoundAllocs).
 package deadline
 
 import (
@@ -42,22 +46,27 @@ type shared struct {
 	deadline time.Time // boundary idx, its wall reading as of its making
 	ctx      context.Context
 	cancel   context.CancelFunc
-	// holders counts the contexts holding it; -1 once the last let go
-	// (its timer stopped): none may take it then.
+	// holders counts the contexts holding it (0: kept idle, which a
+	// context may take again); -1 once retired (its timer stopped): none
+	// may take it then.
 	holders atomic.Int64
 }
 
-// ring holds the boundaries held, boundary idx at idx % ringSize; the
-// last holder to let go empties its place, so a quiet process holds none.
+// ring holds the boundaries held (and the one kept idle), boundary idx
+// at idx % ringSize; a boundary retired empties its place, so a quiet
+// process holds one at most.
 var ring [ringSize]atomic.Pointer[shared]
+
+// idle is the boundary kept after its last holder let go (nil: none).
+var idle atomic.Pointer[shared]
 
 // Context is a store call's context: its parent's values, not its
 // cancellation, and a deadline it shares with the other calls ending at
 // the same boundary. It ends at its deadline, or once it and every other
-// context sharing its boundary were cancelled: unlike context.WithTimeout's,
-// a call's cancel (made when it returns) does not end it while another
-// call ending in the same Grain is running, so a store must not count on
-// its context ending when its call returns.
+// context sharing its boundary were released and another boundary was
+// let go after them: unlike context.WithTimeout's, a call's release (made
+// when it returns) does not end it, so a store must not count on its
+// context ending when its call returns.
 //
 // Its Value answers the stdlib's own lookup of a context's cancellation
 // (what context.Cause and a derived context ask for) with the shared
@@ -93,8 +102,8 @@ func (c *Context) Value(k any) any {
 func (c *Context) String() string { return "deadline.Context(" + c.sh.deadline.String() + ")" }
 
 // release is a Context's cancel func: its boundary's holder count drops
-// (once, however often it is called), and the last holder stops the
-// boundary's timer and empties its place in the ring.
+// (once, however often it is called); the last holder keeps the boundary
+// idle and retires the one kept before (drop).
 func (c *Context) release() {
 	if c.released.CompareAndSwap(false, true) {
 		c.sh.drop()
@@ -171,8 +180,8 @@ func boundaryOf(now time.Time, d time.Duration) int64 {
 	return (int64(now.Sub(origin)+d) + int64(Grain) - 1) / int64(Grain)
 }
 
-// take counts one more holder of sh, or reports false when its last
-// holder has let go.
+// take counts one more holder of sh (kept idle or not), or reports false
+// once it is retired.
 func (sh *shared) take() bool {
 	for {
 		n := sh.holders.Load()
@@ -185,10 +194,25 @@ func (sh *shared) take() bool {
 	}
 }
 
-// drop counts one holder fewer; the last stops its timer (ending its
-// context, which none holds) and empties its place.
+// drop counts one holder fewer. The last keeps sh idle, in its place,
+// for the next call ending at its boundary (at one call at a time, that
+// call would otherwise make a boundary's context and stop its timer
+// again: six allocations and two updates of the runtime's timer heap),
+// and retires the boundary kept idle before, unless a call took that one
+// again since.
 func (sh *shared) drop() {
-	if sh.holders.Add(-1) == 0 && sh.holders.CompareAndSwap(0, -1) {
+	if sh.holders.Add(-1) != 0 {
+		return
+	}
+	if prev := idle.Swap(sh); prev != nil && prev != sh {
+		prev.retire()
+	}
+}
+
+// retire ends sh when none holds it: its timer stopped, its context
+// ended (Canceled), its place emptied; none may take it after.
+func (sh *shared) retire() {
+	if sh.holders.CompareAndSwap(0, -1) {
 		ring[sh.idx%ringSize].CompareAndSwap(sh, nil)
 		sh.cancel()
 	}

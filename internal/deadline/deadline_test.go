@@ -155,14 +155,16 @@ func TestDerivedStartsNoGoroutine(t *testing.T) {
 			c()
 		}
 	}
-	// And they end with it: the last holder's cancel ends the shared
-	// context, and every context derived from it.
+	// And they end with it: the shared context ends once its last holder
+	// let go and another boundary was let go after it (retireIdle), and
+	// every context derived from it with it.
 	local, cancelLocal := after(context.Background(), time.Now(), 40*time.Millisecond)
 	derived, cancelDerived := context.WithCancel(context.WithValue(local, valueKey{}, "w"))
 	defer cancelDerived()
 	cancelLocal()
+	retireIdle()
 	if local.Err() == nil {
-		t.Fatal("the last holder's cancel did not end the shared context")
+		t.Fatal("the shared context did not end once let go and retired")
 	}
 	waitDone(t, derived, 5*time.Second)
 	if err := context.Cause(derived); !errors.Is(err, context.Canceled) {
@@ -266,7 +268,19 @@ func TestBeyondTheRing(t *testing.T) {
 	}
 }
 
-func TestRingEmptiedWhenReleased(t *testing.T) {
+// retireIdle lets go of a boundary of its own (about 3 s ahead, where no
+// test's other boundary is), which retires the boundary kept idle before.
+func retireIdle() {
+	_, r := Bound(context.Background(), time.Now(), 3*time.Second)
+	r.Release()
+}
+
+// A boundary whose holders all let go is kept, idle, in its place: a
+// later call ending there takes it again (no context of its own to
+// make); once another boundary is let go, it is retired: its context
+// ended (Canceled: its timer stopped), its place emptied, and a call
+// ending there then makes a new one.
+func TestBoundaryKeptIdleThenRetired(t *testing.T) {
 	now := time.Now()
 	a, cancelA := after(context.Background(), now, 50*time.Millisecond)
 	b, cancelB := after(context.Background(), now, 50*time.Millisecond)
@@ -281,16 +295,51 @@ func TestRingEmptiedWhenReleased(t *testing.T) {
 		t.Fatalf("ended while b holds the boundary: a %v, b %v", a.Err(), b.Err())
 	}
 	cancelB()
-	if place.Load() == sh {
-		t.Fatal("the boundary still holds its place once every holder let go")
-	}
-	if !errors.Is(b.Err(), context.Canceled) {
-		t.Fatalf("b.Err() = %v once every holder let go; want Canceled (its timer stopped)", b.Err())
+	if place.Load() != sh || b.Err() != nil {
+		t.Fatalf("the boundary let go by its last holder is not kept: in its place %v, b.Err() %v", place.Load() == sh, b.Err())
 	}
 	c, cancelC := after(context.Background(), now, 50*time.Millisecond)
-	defer cancelC()
-	if c.Err() != nil || c.(*Context).sh == sh {
-		t.Fatal("a context made after the boundary was let go took the ended one")
+	if c.(*Context).sh != sh || c.Done() != b.Done() {
+		t.Fatal("a call ending at the boundary kept idle did not take it")
+	}
+	cancelC()
+	retireIdle()
+	if place.Load() == sh {
+		t.Fatal("the boundary still holds its place once another was let go after it")
+	}
+	if !errors.Is(b.Err(), context.Canceled) || !errors.Is(c.Err(), context.Canceled) {
+		t.Fatalf("b.Err() = %v, c.Err() = %v once retired; want Canceled (its timer stopped)", b.Err(), c.Err())
+	}
+	d, cancelD := after(context.Background(), now, 50*time.Millisecond)
+	defer cancelD()
+	if d.Err() != nil || d.(*Context).sh == sh {
+		t.Fatal("a context made after the boundary was retired took the ended one")
+	}
+}
+
+// Of boundaries let go one after another, only the last is kept: every
+// one before it is retired (its timer stopped, its place emptied), so a
+// quiet process keeps one timer at most, which ends the last at its
+// deadline.
+func TestOneBoundaryKeptIdle(t *testing.T) {
+	now := time.Now()
+	var ctxs []context.Context
+	for i := range 5 {
+		ctx, cancel := after(context.Background(), now, time.Duration(200+10*i)*time.Millisecond)
+		cancel()
+		ctxs = append(ctxs, ctx)
+	}
+	for i, ctx := range ctxs {
+		sh := ctx.(*Context).sh
+		kept := ring[sh.idx%ringSize].Load() == sh
+		if last := i == len(ctxs)-1; last != (ctx.Err() == nil) || last != kept {
+			t.Errorf("boundary %d of %d let go: Err() = %v, in its place %v; want only the last kept", i+1, len(ctxs), ctx.Err(), kept)
+		}
+	}
+	last := ctxs[len(ctxs)-1]
+	waitDone(t, last, 5*time.Second) // at its deadline, by its own timer
+	if !errors.Is(last.Err(), context.DeadlineExceeded) {
+		t.Fatalf("the boundary kept ended with %v; want DeadlineExceeded", last.Err())
 	}
 }
 
@@ -310,8 +359,9 @@ func TestReleaser(t *testing.T) {
 		t.Fatalf("ended while b holds the boundary: %v", a.Err())
 	}
 	rb.Release()
+	retireIdle()
 	if !errors.Is(b.Err(), context.Canceled) {
-		t.Fatalf("b.Err() = %v once both released; want Canceled", b.Err())
+		t.Fatalf("b.Err() = %v once both released and retired; want Canceled", b.Err())
 	}
 	own, r := Bound(context.Background(), now, time.Hour)
 	r.Release()
@@ -321,10 +371,11 @@ func TestReleaser(t *testing.T) {
 	Releaser{}.Release()
 }
 
-// What a store call's context allocates: a call alone (making its
-// boundary's context) one more than context.WithTimeout(WithoutCancel(…))
-// (its Context, apart from the boundary: TestReleasedValuesNotKept), a
-// call sharing a boundary one, its Context.
+// What a store call's context allocates: the first call of a boundary
+// (making its context) one more than context.WithTimeout(WithoutCancel(…))
+// (its Context, apart from the boundary: TestReleasedValuesNotKept); a
+// call sharing a boundary, with calls in flight or one at a time (taking
+// the boundary kept idle), one, its Context.
 func TestBoundAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own: counted without it (.ci/run, allocation guards)")
@@ -335,13 +386,27 @@ func TestBoundAllocs(t *testing.T) {
 		_ = ctx.Done()
 		cancel()
 	})
-	alone := testing.AllocsPerRun(200, func() {
-		ctx, r := Bound(parent, time.Now(), time.Second)
+	// Each call the first of its boundary (each 2 Grains after the last).
+	base, i := time.Now(), 0
+	first := testing.AllocsPerRun(200, func() {
+		i++
+		ctx, r := Bound(parent, base.Add(time.Duration(2*i)*Grain), time.Second)
 		_ = ctx.Done()
 		r.Release()
 	})
-	if alone > withTimeout+1 {
-		t.Errorf("a call alone: %v allocations; context.WithTimeout's %v", alone, withTimeout)
+	if first > withTimeout+1 {
+		t.Errorf("the first call of a boundary: %v allocations; context.WithTimeout's %v", first, withTimeout)
+	}
+	// Calls one at a time ending at the same boundary: each takes the
+	// boundary the last let go (kept idle), making only its Context.
+	at := time.Now()
+	oneAtATime := testing.AllocsPerRun(200, func() {
+		ctx, r := Bound(parent, at, 1500*time.Millisecond)
+		_ = ctx.Done()
+		r.Release()
+	})
+	if oneAtATime > 1 {
+		t.Errorf("calls one at a time at one boundary: %v allocations each; want 1", oneAtATime)
 	}
 	// Every call made at the same now, so at the boundary hold keeps.
 	now := time.Now()
@@ -416,11 +481,11 @@ func TestConcurrentCallers(t *testing.T) {
 
 // BenchmarkStoreCallContext: a store call's context made, its Done and
 // Deadline read (as go-redis does), and released, from every P at once:
-// alone (each released before the next is made, so each Bound makes its
-// boundary's context and stops its timer), or with 32 calls in flight per
-// P (each released 32 calls later): Bound, what the limiter makes,
-// against context.WithTimeout(context.WithoutCancel(parent)), what it
-// made before.
+// one at a time (each released before the next is made: each takes the
+// boundary the last let go, kept idle, so one is made a Grain), or with
+// 32 calls in flight per P (each released 32 calls later): Bound, what
+// the limiter makes, against context.WithTimeout(context.WithoutCancel(
+// parent)), what it made before.
 //
 //	go test -run '^$' -bench StoreCallContext -benchmem -cpu 1,2 ./internal/deadline
 func BenchmarkStoreCallContext(b *testing.B) {
