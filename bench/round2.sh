@@ -12,6 +12,11 @@
 # GOMAXPROCS=1: a diagnostic, not the benchmark of record; with nothing
 # to wait on across cores, the client's own CPU per admission shows
 # through the scheduling noise of two cores.
+# SAME_HARNESS=1 builds BEFORE's binary with the working tree's Redis
+# benchmark files (middleware_redis_test.go, redis_test.go: the warm-up
+# and the latency record, in its timed loop, of issue 30), the stores'
+# Hedges read as 0 where BEFORE has none: the two binaries then differ in
+# the library alone.
 set -euo pipefail
 export GOWORK=off
 cd "$(dirname "$0")/.."
@@ -21,6 +26,13 @@ ROUNDS=${ROUNDS:-5}
 tmp=$(mktemp -d)
 trap 'git worktree remove --force "$tmp/before" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 git worktree add --detach -q "$tmp/before" "$BEFORE"
+if [ -n "${SAME_HARNESS:-}" ]; then
+	cp bench/middleware_redis_test.go bench/redis_test.go "$tmp/before/bench/"
+	if ! grep -q 'func (s \*Store) Hedges' "$tmp/before/redisstore/"*.go; then
+		sed -i 's/append(hedges, current.Hedges)/append(hedges, func() int64 { return 0 })/' "$tmp/before/bench/middleware_redis_test.go"
+		sed -i 's/runAdmissions(b, c, g, run, store.Hedges, batched.Hedges)/runAdmissions(b, c, g, run)/' "$tmp/before/bench/redis_test.go"
+	fi
+fi
 (cd "$tmp/before/bench" && go test -c -o "$tmp/before.test" .)
 (cd bench && go test -c -o "$tmp/after.test" .)
 case $what in
@@ -37,7 +49,7 @@ pin=()
 if [ -n "${PIN:-}" ]; then
 	pin=(env GOMAXPROCS=1 taskset -c "$PIN")
 fi
-echo "# before = bench test binary of $BEFORE, after = of $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' + uncommitted changes'); each round runs both with: ${pin[*]} ${args[*]}"
+echo "# before = bench test binary of $BEFORE${SAME_HARNESS:+ (built with the Redis benchmark files of the working tree: SAME_HARNESS)}, after = of $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' + uncommitted changes'); each round runs both with: ${pin[*]} ${args[*]}"
 for r in $(seq "$ROUNDS"); do
 	for bin in before after; do
 		echo "# round $r: $bin"
