@@ -232,9 +232,12 @@ func WithCalibration() Option {
 // most a millisecond: calls ending in the same millisecond share one
 // timer, instead of a timer each (the hot path's cheapest context; a d
 // over about 4 s is exact, a timer of its own). That context ends at its
-// deadline, or once every call ending in its millisecond has returned:
-// not always when the store's own call returns, so a store must not count
-// on that to stop work it started for the call.
+// deadline, or once every call ending in its millisecond has returned and
+// a call of the same timeout ending in another millisecond has returned
+// after them (it is kept for the next call ending in the same
+// millisecond): not when the
+// store's own call returns, so a store must not count on that to stop
+// work it started for the call.
 func WithStoreTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d <= 0 {

@@ -139,8 +139,8 @@ func callStore[T any](c *storeCaller, parent context.Context, f func(context.Con
 // return once its context is done), through a context that shares its
 // timer with the calls ending in the same millisecond (internal/deadline:
 // it ends at its deadline, or once every call ending in that millisecond
-// has returned, not at this call's return). A panic inside it is returned
-// as a *PanicError.
+// has returned and one ending in another has returned after them, not at
+// this call's return). A panic inside it is returned as a *PanicError.
 func callDirect[T any](c *storeCaller, parent context.Context, f func(context.Context) (T, error)) (v T, err error) {
 	ctx, r := deadline.Bound(parent, time.Now(), c.timeout)
 	defer r.Release()

@@ -298,8 +298,9 @@ func (s *Store) race(ctx context.Context, script *redis.Script, keys []string, a
 	// The attempts on goroutines end when this call returns: one still
 	// queued for a connection gives up, a reply lost on a reset is not
 	// sent again. The call's own context may outlive it (under the
-	// limiter it ends at its deadline or once every call ending in the
-	// same millisecond returned: internal/deadline).
+	// limiter it ends at its deadline, or once every call ending in the
+	// same millisecond returned and a call ending in another returned
+	// after them: internal/deadline).
 	gctx, gcancel := context.WithCancel(ctx)
 	defer gcancel()
 	actx := gctx

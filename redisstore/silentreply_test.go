@@ -377,7 +377,7 @@ func TestSilentReplyWithAnotherCallInFlight(t *testing.T) {
 // silent first attempt, the hedge that decided it) end when the call
 // returns, even where the call's context lives on: under the limiter it
 // is shared with the calls ending in the same millisecond
-// (internal/deadline) and ends only when the last of them returns. An
+// (internal/deadline) and ends only after the last of them returns. An
 // attempt still queued for a connection then gives up, and a lost reply
 // is not sent again, for a call already decided.
 func TestAttemptsEndWhenTheCallReturns(t *testing.T) {

@@ -10,10 +10,12 @@
 // The shared context counts its holders. The last to let go keeps it,
 // idle, for the next call ending at the same boundary (calls one at a
 // time, a few a millisecond, then share one too), and retires the
-// boundary kept idle before it: its timer stopped, its context ended. So
-// at most one boundary is kept idle, and a timer fires only for calls
-// still running at their deadline, as with context.WithTimeout, or once,
-// for the boundary kept, when calls stop (a timer firing every
+// boundary of the same timeout kept idle before it: its timer stopped,
+// its context ended. So one boundary is kept idle per timeout (the
+// limiter's store timeout, a store's own shorter one: a call bounded by
+// both keeps one of each), and a timer fires only for calls still
+// running at their deadline, as with context.WithTimeout, or once per
+// timeout, for the boundary kept, when calls stop (a timer firing every
 // millisecond would wake an idle process as often). A call sharing a
 // boundary, in flight with others or one at a time, makes one allocation,
 // 32 bytes, about 0.1 µs; the first call of a boundary makes its context,
@@ -43,7 +45,8 @@ var origin = time.Now()
 // shared is the context every call ending at boundary idx shares.
 type shared struct {
 	idx      int64
-	deadline time.Time // boundary idx, its wall reading as of its making
+	d        time.Duration // the timeout of the call that made it
+	deadline time.Time     // boundary idx, its wall reading as of its making
 	ctx      context.Context
 	cancel   context.CancelFunc
 	// holders counts the contexts holding it (0: kept idle, which a
@@ -52,21 +55,53 @@ type shared struct {
 	holders atomic.Int64
 }
 
-// ring holds the boundaries held (and the one kept idle), boundary idx
-// at idx % ringSize; a boundary retired empties its place, so a quiet
-// process holds one at most.
+// ring holds the boundaries held (and those kept idle), boundary idx at
+// idx % ringSize; a boundary retired empties its place, so a quiet
+// process holds one per timeout at most.
 var ring [ringSize]atomic.Pointer[shared]
 
-// idle is the boundary kept after its last holder let go (nil: none).
-var idle atomic.Pointer[shared]
+// idleSlots is how many timeouts keep a boundary idle each; a timeout
+// beyond them shares a slot (idleFor).
+const idleSlots = 8
+
+// idleSlot keeps the boundary of one timeout let go by its last holder.
+type idleSlot struct {
+	d  atomic.Int64           // the timeout (ns) it is for; 0: none yet
+	sh atomic.Pointer[shared] // the boundary kept idle; nil: none
+}
+
+// idle holds the boundaries kept idle, one per timeout.
+var idle [idleSlots]idleSlot
+
+// idleFor is where a boundary made for timeout d is kept idle: the slot
+// of d, claimed by the first of its boundaries let go. Once every slot is
+// claimed, a timeout without one shares the slot d hashes to, where the
+// boundaries of the timeouts sharing it retire one another as they are
+// let go (as every boundary was retired when let go, before one was kept).
+func idleFor(d time.Duration) *atomic.Pointer[shared] {
+	for i := range idle {
+		s := &idle[i]
+		v := s.d.Load()
+		if v == 0 {
+			if s.d.CompareAndSwap(0, int64(d)) {
+				return &s.sh
+			}
+			v = s.d.Load() // claimed meanwhile
+		}
+		if v == int64(d) {
+			return &s.sh
+		}
+	}
+	return &idle[uint64(d)*0x9e3779b97f4a7c15>>61].sh // >>61: one of 8
+}
 
 // Context is a store call's context: its parent's values, not its
 // cancellation, and a deadline it shares with the other calls ending at
 // the same boundary. It ends at its deadline, or once it and every other
-// context sharing its boundary were released and another boundary was
-// let go after them: unlike context.WithTimeout's, a call's release (made
-// when it returns) does not end it, so a store must not count on its
-// context ending when its call returns.
+// context sharing its boundary were released and another boundary of the
+// same timeout was let go after them: unlike context.WithTimeout's, a
+// call's release (made when it returns) does not end it, so a store must
+// not count on its context ending when its call returns.
 //
 // Its Value answers the stdlib's own lookup of a context's cancellation
 // (what context.Cause and a derived context ask for) with the shared
@@ -123,7 +158,7 @@ func Bound(parent context.Context, now time.Time, d time.Duration) (context.Cont
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
 		return ctx, Releaser{cancel: cancel}
 	}
-	c := hold(idx, now, parent)
+	c := hold(idx, now, parent, d)
 	return c, Releaser{c: c}
 }
 
@@ -198,13 +233,13 @@ func (sh *shared) take() bool {
 // for the next call ending at its boundary (at one call at a time, that
 // call would otherwise make a boundary's context and stop its timer
 // again: six allocations and two updates of the runtime's timer heap),
-// and retires the boundary kept idle before, unless a call took that one
-// again since.
+// and retires the boundary of its timeout kept idle before, unless a
+// call took that one again since.
 func (sh *shared) drop() {
 	if sh.holders.Add(-1) != 0 {
 		return
 	}
-	if prev := idle.Swap(sh); prev != nil && prev != sh {
+	if prev := idleFor(sh.d).Swap(sh); prev != nil && prev != sh {
 		prev.retire()
 	}
 }
@@ -220,8 +255,8 @@ func (sh *shared) retire() {
 
 // hold returns a Context of parent's values holding the shared context
 // of boundary idx once more, making that (and its timer) when none is
-// held; now is time.Now().
-func hold(idx int64, now time.Time, parent context.Context) *Context {
+// held or kept; now is time.Now(), d the call's timeout.
+func hold(idx int64, now time.Time, parent context.Context, d time.Duration) *Context {
 	place := &ring[idx%ringSize]
 	for {
 		old := place.Load()
@@ -232,7 +267,7 @@ func hold(idx int64, now time.Time, parent context.Context) *Context {
 		// wall reading both now's plus the time to the boundary), not
 		// origin's: a wall clock stepped since the process started
 		// does not skew the wall reading Deadline returns.
-		sh := &shared{idx: idx, deadline: now.Add(time.Duration(idx)*Grain - now.Sub(origin))}
+		sh := &shared{idx: idx, d: d, deadline: now.Add(time.Duration(idx)*Grain - now.Sub(origin))}
 		sh.holders.Store(1)
 		sh.ctx, sh.cancel = context.WithDeadline(context.Background(), sh.deadline)
 		if place.CompareAndSwap(old, sh) {

@@ -133,6 +133,7 @@ func TestWithin(t *testing.T) {
 // waiting for it: go-redis derives one per dial, a store wrapper adding a
 // value one per call.
 func TestDerivedStartsNoGoroutine(t *testing.T) {
+	resetIdle()
 	ctx, cancel := after(context.Background(), time.Now(), time.Second)
 	defer cancel()
 	type embedded struct{ context.Context }
@@ -162,7 +163,7 @@ func TestDerivedStartsNoGoroutine(t *testing.T) {
 	derived, cancelDerived := context.WithCancel(context.WithValue(local, valueKey{}, "w"))
 	defer cancelDerived()
 	cancelLocal()
-	retireIdle()
+	retireIdle(time.Now(), 40*time.Millisecond)
 	if local.Err() == nil {
 		t.Fatal("the shared context did not end once let go and retired")
 	}
@@ -268,19 +269,34 @@ func TestBeyondTheRing(t *testing.T) {
 	}
 }
 
-// retireIdle lets go of a boundary of its own (about 3 s ahead, where no
-// test's other boundary is), which retires the boundary kept idle before.
-func retireIdle() {
-	_, r := Bound(context.Background(), time.Now(), 3*time.Second)
+// retireIdle lets go of a boundary of timeout d two seconds after now's
+// (where no test's other boundary of d is), which retires the boundary of
+// d kept idle before.
+func retireIdle(now time.Time, d time.Duration) {
+	_, r := Bound(context.Background(), now.Add(2*time.Second), d)
 	r.Release()
+}
+
+// resetIdle retires every boundary kept idle and frees every slot, as
+// in a process that has let go of none: a test of the slots starts there
+// (the tests before it claimed slots for their own timeouts).
+func resetIdle() {
+	for i := range idle {
+		if sh := idle[i].sh.Swap(nil); sh != nil {
+			sh.retire()
+		}
+		idle[i].d.Store(0)
+	}
 }
 
 // A boundary whose holders all let go is kept, idle, in its place: a
 // later call ending there takes it again (no context of its own to
-// make); once another boundary is let go, it is retired: its context
-// ended (Canceled: its timer stopped), its place emptied, and a call
-// ending there then makes a new one.
+// make); once another boundary of its timeout is let go, it is retired:
+// its context ended (Canceled: its timer stopped), its place emptied, and
+// a call ending there then makes a new one. A boundary of another timeout
+// let go in between retires nothing of it.
 func TestBoundaryKeptIdleThenRetired(t *testing.T) {
+	resetIdle()
 	now := time.Now()
 	a, cancelA := after(context.Background(), now, 50*time.Millisecond)
 	b, cancelB := after(context.Background(), now, 50*time.Millisecond)
@@ -303,7 +319,11 @@ func TestBoundaryKeptIdleThenRetired(t *testing.T) {
 		t.Fatal("a call ending at the boundary kept idle did not take it")
 	}
 	cancelC()
-	retireIdle()
+	retireIdle(now, 70*time.Millisecond) // another timeout
+	if place.Load() != sh || c.Err() != nil {
+		t.Fatal("a boundary of another timeout let go retired the one kept")
+	}
+	retireIdle(now, 50*time.Millisecond)
 	if place.Load() == sh {
 		t.Fatal("the boundary still holds its place once another was let go after it")
 	}
@@ -317,15 +337,16 @@ func TestBoundaryKeptIdleThenRetired(t *testing.T) {
 	}
 }
 
-// Of boundaries let go one after another, only the last is kept: every
-// one before it is retired (its timer stopped, its place emptied), so a
-// quiet process keeps one timer at most, which ends the last at its
-// deadline.
+// Of boundaries of one timeout let go one after another, only the last
+// is kept: every one before it is retired (its timer stopped, its place
+// emptied), so a quiet process keeps one timer at most per timeout, which
+// ends the last at its deadline.
 func TestOneBoundaryKeptIdle(t *testing.T) {
+	resetIdle()
 	now := time.Now()
 	var ctxs []context.Context
 	for i := range 5 {
-		ctx, cancel := after(context.Background(), now, time.Duration(200+10*i)*time.Millisecond)
+		ctx, cancel := after(context.Background(), now.Add(time.Duration(10*i)*time.Millisecond), 200*time.Millisecond)
 		cancel()
 		ctxs = append(ctxs, ctx)
 	}
@@ -347,6 +368,7 @@ func TestOneBoundaryKeptIdle(t *testing.T) {
 // however often it is called, a context of its own (beyond the ring)
 // included; the zero Releaser does nothing.
 func TestReleaser(t *testing.T) {
+	resetIdle()
 	now := time.Now()
 	a, ra := Bound(context.Background(), now, 70*time.Millisecond)
 	b, rb := Bound(context.Background(), now, 70*time.Millisecond)
@@ -359,7 +381,7 @@ func TestReleaser(t *testing.T) {
 		t.Fatalf("ended while b holds the boundary: %v", a.Err())
 	}
 	rb.Release()
-	retireIdle()
+	retireIdle(now, 70*time.Millisecond)
 	if !errors.Is(b.Err(), context.Canceled) {
 		t.Fatalf("b.Err() = %v once both released and retired; want Canceled", b.Err())
 	}
@@ -377,6 +399,7 @@ func TestReleaser(t *testing.T) {
 // call sharing a boundary, with calls in flight or one at a time (taking
 // the boundary kept idle), one, its Context.
 func TestBoundAllocs(t *testing.T) {
+	resetIdle()
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own: counted without it (.ci/run, allocation guards)")
 	}
@@ -479,6 +502,69 @@ func TestConcurrentCallers(t *testing.T) {
 	wg.Wait()
 }
 
+// A call bounded by the limiter's store timeout and, within it, by a
+// store's own shorter one (50 ms and 30 ms: llmrate's DefaultStoreTimeout
+// and redisstore's DefaultTimeout), one at a time: each timeout keeps its
+// own boundary, so each call takes both again, making only its two
+// Contexts, and neither retires the other.
+func TestTwoTimeoutsKeptApart(t *testing.T) {
+	resetIdle()
+	now := time.Now()
+	call := func() (outer, inner *Context) {
+		o, ro := Bound(context.Background(), now, 50*time.Millisecond)
+		i, ri := Within(o, now, 30*time.Millisecond)
+		outer, inner = o.(*Context), i.(*Context)
+		ri.Release()
+		ro.Release()
+		return outer, inner
+	}
+	o1, i1 := call()
+	if o1.sh == i1.sh {
+		t.Fatal("the store's shorter timeout served by the limiter's boundary")
+	}
+	o2, i2 := call()
+	if o2.sh != o1.sh || i2.sh != i1.sh {
+		t.Fatal("a call one at a time did not take both boundaries kept")
+	}
+	if o1.Err() != nil || i1.Err() != nil {
+		t.Fatalf("a boundary kept was ended: %v, %v", o1.Err(), i1.Err())
+	}
+	if raceEnabled {
+		return // the allocations are counted without the race detector
+	}
+	if n := testing.AllocsPerRun(200, func() { call() }); n > 2 {
+		t.Errorf("a call bounded twice, one at a time: %v allocations; want 2", n)
+	}
+}
+
+// More timeouts than slots: each timeout beyond them shares a slot with
+// another, and their boundaries retire one another as they are let go;
+// nothing is kept beyond one boundary a slot, and every call still ends
+// at its own deadline.
+func TestMoreTimeoutsThanSlots(t *testing.T) {
+	resetIdle()
+	now := time.Now()
+	var kept []context.Context
+	for i := range 3 * idleSlots {
+		ctx, cancel := after(context.Background(), now, time.Duration(100+i)*time.Millisecond)
+		if dl, _ := ctx.Deadline(); dl.Sub(now) < time.Duration(100+i)*time.Millisecond {
+			t.Fatalf("timeout %d: deadline %v after now", i, dl.Sub(now))
+		}
+		cancel()
+		kept = append(kept, ctx)
+	}
+	alive := 0
+	for _, ctx := range kept {
+		if ctx.Err() == nil {
+			alive++
+		}
+	}
+	if alive > idleSlots {
+		t.Fatalf("%d boundaries kept idle; want at most one a slot, %d", alive, idleSlots)
+	}
+	resetIdle()
+}
+
 // BenchmarkStoreCallContext: a store call's context made, its Done and
 // Deadline read (as go-redis does), and released, from every P at once:
 // one at a time (each released before the next is made: each takes the
@@ -521,4 +607,38 @@ func BenchmarkStoreCallContext(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkStoreCallContextTwice: a store call at the default timeouts,
+// one at a time: the limiter's context (50 ms) and, within it, the
+// store's own shorter one (30 ms), each made, its Done and Deadline read,
+// and released: Bound and Within, against context.WithTimeout twice, what
+// the limiter and redisstore made before.
+//
+//	go test -run '^$' -bench StoreCallContextTwice -benchmem -cpu 1 ./internal/deadline
+func BenchmarkStoreCallContextTwice(b *testing.B) {
+	parent := context.WithValue(context.Background(), valueKey{}, "v")
+	b.Run("WithTimeout", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			outer, cancelOuter := context.WithTimeout(context.WithoutCancel(parent), 50*time.Millisecond)
+			inner, cancelInner := context.WithTimeout(outer, 30*time.Millisecond)
+			_ = inner.Done()
+			_, _ = inner.Deadline()
+			cancelInner()
+			cancelOuter()
+		}
+	})
+	b.Run("Bound", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			now := time.Now()
+			outer, ro := Bound(parent, now, 50*time.Millisecond)
+			inner, ri := Within(outer, now, 30*time.Millisecond)
+			_ = inner.Done()
+			_, _ = inner.Deadline()
+			ri.Release()
+			ro.Release()
+		}
+	})
 }
