@@ -34,6 +34,9 @@ type guarded struct{ llmrate.Store }
 //     has ContextTimeoutEnabled), "guarded" on a goroutine per call;
 //     "batched" is direct with WithBatching(64): concurrent admissions
 //     share script calls (the store's default is one call per admission).
+//     Every case sets the store's timeout and the limiter's store timeout
+//     to 1 s, but "default-timeouts", direct at their defaults (30 ms and
+//     50 ms: each store call bounded by both).
 //   - hot key: one key with figures no run exhausts (10^12 a minute),
 //     without leases and with leases of 0.1 and 0.25.
 //
@@ -71,9 +74,15 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 
 	// middleware returns an op serving one request for a key through a
 	// fresh limiter on a fresh prefix, and a func closing it.
-	// batch 0: the default.
-	middleware := func(b *testing.B, wrap bool, share float64, batch int, opts ...llmrate.Option) (func(key string) error, func()) {
-		ropts := []redisstore.Option{redisstore.WithHashKey([]byte("bench-secret-0123456789")), redisstore.WithPrefix("b" + strconv.FormatInt(prefix.Add(1), 10)), redisstore.WithTimeout(time.Second)}
+	// batch 0: the default. timeout: the store's and the limiter's
+	// timeouts (WithTimeout, WithStoreTimeout); 0 leaves both at their
+	// defaults (30 ms and 50 ms).
+	withTimeouts := func(b *testing.B, wrap bool, share float64, batch int, timeout time.Duration, opts ...llmrate.Option) (func(key string) error, func()) {
+		ropts := []redisstore.Option{redisstore.WithHashKey([]byte("bench-secret-0123456789")), redisstore.WithPrefix("b" + strconv.FormatInt(prefix.Add(1), 10))}
+		if timeout > 0 {
+			ropts = append(ropts, redisstore.WithTimeout(timeout))
+			opts = append([]llmrate.Option{llmrate.WithStoreTimeout(timeout)}, opts...)
+		}
 		if share > 0 {
 			ropts = append(ropts, redisstore.WithLeases(share))
 		}
@@ -89,7 +98,7 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 		if wrap {
 			s = guarded{store}
 		}
-		lim, err := llmrate.New(append([]llmrate.Option{llmrate.WithStore(s), llmrate.WithStoreTimeout(time.Second)}, opts...)...)
+		lim, err := llmrate.New(append([]llmrate.Option{llmrate.WithStore(s)}, opts...)...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -118,6 +127,9 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 				}
 			}
 	}
+	middleware := func(b *testing.B, wrap bool, share float64, batch int, opts ...llmrate.Option) (func(key string) error, func()) {
+		return withTimeouts(b, wrap, share, batch, time.Second, opts...)
+	}
 	rr := redis_rate.NewLimiter(c)
 	free := llmrate.DefaultTiers().Free
 	rrFree := redis_rate.Limit{Rate: int(free.RequestsPerMinute), Burst: int(2 * free.RequestsPerMinute), Period: time.Minute}
@@ -133,6 +145,7 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 	}
 	benches := []bench{
 		{"distinct/llmrate-middleware-direct", false, func(b *testing.B) (func(string) error, func()) { return middleware(b, false, 0, 0) }},
+		{"distinct/llmrate-middleware-direct-default-timeouts", false, func(b *testing.B) (func(string) error, func()) { return withTimeouts(b, false, 0, 0, 0) }},
 		{"distinct/llmrate-middleware-direct-batched", false, func(b *testing.B) (func(string) error, func()) { return middleware(b, false, 0, 64) }},
 		{"distinct/llmrate-middleware-guarded", false, func(b *testing.B) (func(string) error, func()) { return middleware(b, true, 0, 0) }},
 		{"distinct/redis_rate", false, plain(func(key string) error {

@@ -7,7 +7,9 @@
 #   bash bench/round2.sh hot > bench/hot-round2.txt
 #   bash bench/round2.sh middleware > bench/middleware-round2.txt
 #   bash bench/round2.sh redis > bench/redis-round2.txt
-# redis1 is redis's llmrate case at one goroutine only. PIN=<cpu> runs each
+# redis1 is redis's llmrate case at one goroutine only; redis1t adds that
+# case at the default timeouts (a BEFORE without it needs SAME_HARNESS).
+# PIN=<cpu> runs each
 # binary (and the redis-server it starts) on that one CPU with
 # GOMAXPROCS=1: a diagnostic, not the benchmark of record; with nothing
 # to wait on across cores, the client's own CPU per admission shows
@@ -41,8 +43,9 @@ hot) args=(-test.bench 'Decision/(llmrate-4buckets-(default|separate)|go-limiter
 middleware) args=(-test.bench '^BenchmarkMiddleware$' -test.benchtime 300ms -test.benchmem) ;;
 redis) args=(-test.bench '^BenchmarkMiddlewareRedis$/^distinct$/^(llmrate-middleware-direct|redis_rate)$' -test.benchtime "${OPS:-5000}x" -test.benchmem) ;;
 redis1) args=(-test.bench '^BenchmarkMiddlewareRedis$/^distinct$/^llmrate-middleware-direct$/^goroutines=1$' -test.benchtime "${OPS:-10000}x" -test.benchmem) ;;
+redis1t) args=(-test.bench '^BenchmarkMiddlewareRedis$/^distinct$/^llmrate-middleware-direct(-default-timeouts)?$/^goroutines=1$' -test.benchtime "${OPS:-10000}x" -test.benchmem) ;;
 redisstore) args=(-test.bench '^BenchmarkRedis$/^(llmrate-4buckets-default-unbatched|llmrate-4buckets-default-unbatched-id|redis_rate)$' -test.benchtime 5000x) ;;
-*) echo "usage: $0 scaling|hot|middleware|redis|redis1|redisstore" >&2; exit 2 ;;
+*) echo "usage: $0 scaling|hot|middleware|redis|redis1|redis1t|redisstore" >&2; exit 2 ;;
 esac
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(go version) $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 pin=()
