@@ -235,9 +235,11 @@ func WithCalibration() Option {
 // deadline, or once every call ending in its millisecond has returned and
 // a call of the same timeout ending in another millisecond has returned
 // after them (it is kept for the next call ending in the same
-// millisecond): not when the
-// store's own call returns, so a store must not count on that to stop
-// work it started for the call.
+// millisecond): not when the store's own call returns, so a store must
+// not count on that to stop work it started for the call, and should
+// cancel what it derives from the context (a context it never cancels,
+// or a context.AfterFunc it never stops, lives on with the call's values
+// until then: at most d).
 func WithStoreTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d <= 0 {

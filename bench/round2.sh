@@ -28,12 +28,23 @@ ROUNDS=${ROUNDS:-5}
 tmp=$(mktemp -d)
 trap 'git worktree remove --force "$tmp/before" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 git worktree add --detach -q "$tmp/before" "$BEFORE"
+stub=""
 if [ -n "${SAME_HARNESS:-}" ]; then
 	cp bench/middleware_redis_test.go bench/redis_test.go "$tmp/before/bench/"
 	if ! grep -q 'func (s \*Store) Hedges' "$tmp/before/redisstore/"*.go; then
+		# BEFORE has no Hedges: its hedges/1k-op column is a stub's 0,
+		# not a count (the header says so).
+		stub="; its Hedges stubbed as 0 (BEFORE has none): its hedges/1k-op column is no count"
 		sed -i 's/append(hedges, current.Hedges)/append(hedges, func() int64 { return 0 })/' "$tmp/before/bench/middleware_redis_test.go"
 		sed -i 's/runAdmissions(b, c, g, run, store.Hedges, batched.Hedges)/runAdmissions(b, c, g, run)/' "$tmp/before/bench/redis_test.go"
+		if grep -q 'current.Hedges' "$tmp/before/bench/middleware_redis_test.go" || grep -q 'store.Hedges' "$tmp/before/bench/redis_test.go"; then
+			echo "round2.sh: SAME_HARNESS could not stub Hedges out of the benchmark files" >&2
+			exit 1
+		fi
 	fi
+elif [ "$what" = redis1t ] && ! grep -q 'default-timeouts' "$tmp/before/bench/middleware_redis_test.go"; then
+	echo "round2.sh: $BEFORE's benchmark files have no default-timeouts case: use SAME_HARNESS=1" >&2
+	exit 2
 fi
 (cd "$tmp/before/bench" && go test -c -o "$tmp/before.test" .)
 (cd bench && go test -c -o "$tmp/after.test" .)
@@ -52,7 +63,7 @@ pin=()
 if [ -n "${PIN:-}" ]; then
 	pin=(env GOMAXPROCS=1 taskset -c "$PIN")
 fi
-echo "# before = bench test binary of $BEFORE${SAME_HARNESS:+ (built with the Redis benchmark files of the working tree: SAME_HARNESS)}, after = of $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' + uncommitted changes'); each round runs both with: ${pin[*]} ${args[*]}"
+echo "# before = bench test binary of $BEFORE${SAME_HARNESS:+ (built with the Redis benchmark files of the working tree: SAME_HARNESS$stub)}, after = of $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' + uncommitted changes'); each round runs both with: ${pin[*]} ${args[*]}"
 for r in $(seq "$ROUNDS"); do
 	for bin in before after; do
 		echo "# round $r: $bin"

@@ -733,7 +733,8 @@ func (s *Store) nowArg() string {
 // once the call is done: ctx itself when its deadline is already that
 // near (the limiter's store timeout, when it is not longer than this
 // one); under the limiter (whose store-call context has no cancellation
-// but its deadline's and its holders' release), a context sharing its end
+// but its deadline's, and its retirement once its holders let go), a
+// context sharing its end
 // with the calls ending in the same millisecond, with no timer of its own
 // (internal/deadline: the deadline rounded up by at most a millisecond),
 // or the limiter's own when that ends no later; otherwise

@@ -13,10 +13,17 @@
 // boundary of the same timeout kept idle before it: its timer stopped,
 // its context ended. So one boundary is kept idle per timeout (the
 // limiter's store timeout, a store's own shorter one: a call bounded by
-// both keeps one of each), and a timer fires only for calls still
-// running at their deadline, as with context.WithTimeout, or once per
-// timeout, for the boundary kept, when calls stop (a timer firing every
-// millisecond would wake an idle process as often). A call sharing a
+// both keeps one of each; eight timeouts kept apart, more share a slot).
+// A timer fires for calls still running at their deadline, as with
+// context.WithTimeout, and for a boundary kept that no later boundary of
+// its timeout retired: while calls come at least once a timeout, none
+// (a timer firing every millisecond would wake a busy process as often);
+// once when calls stop; once a call, some time after it, when calls come
+// further apart than the timeout (where before none fired). A context
+// derived from a call's and never cancelled, or a context.AfterFunc of
+// it never stopped, lives on until its boundary ends, with the call's
+// values: at most the timeout after the call (a store should cancel what
+// it derives, as go-redis does). A call sharing a
 // boundary, in flight with others or one at a time, makes one allocation,
 // 32 bytes, about 0.1 µs; the first call of a boundary makes its context,
 // in one allocation more than context.WithTimeout and about the time it
@@ -99,7 +106,8 @@ func idleFor(d time.Duration) *atomic.Pointer[shared] {
 // cancellation, and a deadline it shares with the other calls ending at
 // the same boundary. It ends at its deadline, or once it and every other
 // context sharing its boundary were released and another boundary of the
-// same timeout was let go after them: unlike context.WithTimeout's, a
+// same timeout (or of one sharing its slot: idleFor) was let go after
+// them: unlike context.WithTimeout's, a
 // call's release (made when it returns) does not end it, so a store must
 // not count on its context ending when its call returns.
 //
@@ -182,7 +190,8 @@ func (r Releaser) Release() {
 // context that ends d after now (rounded up to Grain) or when parent
 // ends, whichever is first, and its Releaser. For a parent Bound
 // made (or one wrapping it with values only), which ends at its deadline
-// or at its release (made by its caller after this call is done), that is
+// or, after its caller let go of it once this call is done, when its
+// boundary is retired (never while this call holds it), that is
 // a shared context of the same values, or parent itself when that would
 // end at parent's boundary or later (a Bound of the same d made a little
 // earlier, rounded up to the same Grain); for any other,

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -159,11 +161,11 @@ func TestDerivedStartsNoGoroutine(t *testing.T) {
 	// And they end with it: the shared context ends once its last holder
 	// let go and another boundary was let go after it (retireIdle), and
 	// every context derived from it with it.
-	local, cancelLocal := after(context.Background(), time.Now(), 40*time.Millisecond)
+	local, cancelLocal := after(context.Background(), time.Now(), 400*time.Millisecond)
 	derived, cancelDerived := context.WithCancel(context.WithValue(local, valueKey{}, "w"))
 	defer cancelDerived()
 	cancelLocal()
-	retireIdle(time.Now(), 40*time.Millisecond)
+	retireIdle(time.Now(), 400*time.Millisecond)
 	if local.Err() == nil {
 		t.Fatal("the shared context did not end once let go and retired")
 	}
@@ -298,8 +300,8 @@ func resetIdle() {
 func TestBoundaryKeptIdleThenRetired(t *testing.T) {
 	resetIdle()
 	now := time.Now()
-	a, cancelA := after(context.Background(), now, 50*time.Millisecond)
-	b, cancelB := after(context.Background(), now, 50*time.Millisecond)
+	a, cancelA := after(context.Background(), now, 600*time.Millisecond)
+	b, cancelB := after(context.Background(), now, 600*time.Millisecond)
 	sh := a.(*Context).sh
 	place := &ring[sh.idx%ringSize]
 	cancelA()
@@ -314,23 +316,23 @@ func TestBoundaryKeptIdleThenRetired(t *testing.T) {
 	if place.Load() != sh || b.Err() != nil {
 		t.Fatalf("the boundary let go by its last holder is not kept: in its place %v, b.Err() %v", place.Load() == sh, b.Err())
 	}
-	c, cancelC := after(context.Background(), now, 50*time.Millisecond)
+	c, cancelC := after(context.Background(), now, 600*time.Millisecond)
 	if c.(*Context).sh != sh || c.Done() != b.Done() {
 		t.Fatal("a call ending at the boundary kept idle did not take it")
 	}
 	cancelC()
-	retireIdle(now, 70*time.Millisecond) // another timeout
+	retireIdle(now, 700*time.Millisecond) // another timeout
 	if place.Load() != sh || c.Err() != nil {
 		t.Fatal("a boundary of another timeout let go retired the one kept")
 	}
-	retireIdle(now, 50*time.Millisecond)
+	retireIdle(now, 600*time.Millisecond)
 	if place.Load() == sh {
 		t.Fatal("the boundary still holds its place once another was let go after it")
 	}
 	if !errors.Is(b.Err(), context.Canceled) || !errors.Is(c.Err(), context.Canceled) {
 		t.Fatalf("b.Err() = %v, c.Err() = %v once retired; want Canceled (its timer stopped)", b.Err(), c.Err())
 	}
-	d, cancelD := after(context.Background(), now, 50*time.Millisecond)
+	d, cancelD := after(context.Background(), now, 600*time.Millisecond)
 	defer cancelD()
 	if d.Err() != nil || d.(*Context).sh == sh {
 		t.Fatal("a context made after the boundary was retired took the ended one")
@@ -346,7 +348,7 @@ func TestOneBoundaryKeptIdle(t *testing.T) {
 	now := time.Now()
 	var ctxs []context.Context
 	for i := range 5 {
-		ctx, cancel := after(context.Background(), now.Add(time.Duration(10*i)*time.Millisecond), 200*time.Millisecond)
+		ctx, cancel := after(context.Background(), now.Add(time.Duration(10*i)*time.Millisecond), 400*time.Millisecond)
 		cancel()
 		ctxs = append(ctxs, ctx)
 	}
@@ -370,8 +372,8 @@ func TestOneBoundaryKeptIdle(t *testing.T) {
 func TestReleaser(t *testing.T) {
 	resetIdle()
 	now := time.Now()
-	a, ra := Bound(context.Background(), now, 70*time.Millisecond)
-	b, rb := Bound(context.Background(), now, 70*time.Millisecond)
+	a, ra := Bound(context.Background(), now, 700*time.Millisecond)
+	b, rb := Bound(context.Background(), now, 700*time.Millisecond)
 	if a.Done() != b.Done() {
 		t.Fatal("two Bound contexts ending at the same boundary have their own channels")
 	}
@@ -381,7 +383,7 @@ func TestReleaser(t *testing.T) {
 		t.Fatalf("ended while b holds the boundary: %v", a.Err())
 	}
 	rb.Release()
-	retireIdle(now, 70*time.Millisecond)
+	retireIdle(now, 700*time.Millisecond)
 	if !errors.Is(b.Err(), context.Canceled) {
 		t.Fatalf("b.Err() = %v once both released and retired; want Canceled", b.Err())
 	}
@@ -432,11 +434,12 @@ func TestBoundAllocs(t *testing.T) {
 		t.Errorf("calls one at a time at one boundary: %v allocations each; want 1", oneAtATime)
 	}
 	// Bounded twice, one at a time, as at the default timeouts (the
-	// limiter's 50 ms, redisstore's own 30 ms within it): each timeout's
-	// boundary kept (TestTwoTimeoutsKeptApart), two Contexts a call.
+	// limiter's 50 ms, redisstore's own 30 ms within it; ten times longer
+	// here): each timeout's boundary kept (TestTwoTimeoutsKeptApart), two
+	// Contexts a call.
 	twice := testing.AllocsPerRun(200, func() {
-		outer, ro := Bound(parent, at, 50*time.Millisecond)
-		inner, ri := Within(outer, at, 30*time.Millisecond)
+		outer, ro := Bound(parent, at, 500*time.Millisecond)
+		inner, ri := Within(outer, at, 300*time.Millisecond)
 		_ = inner.Done()
 		ri.Release()
 		ro.Release()
@@ -516,16 +519,17 @@ func TestConcurrentCallers(t *testing.T) {
 }
 
 // A call bounded by the limiter's store timeout and, within it, by a
-// store's own shorter one (50 ms and 30 ms: llmrate's DefaultStoreTimeout
-// and redisstore's DefaultTimeout), one at a time: each timeout keeps its
-// own boundary, so each call takes both again, making only its two
-// Contexts, and neither retires the other.
+// store's own shorter one (by default 50 ms and 30 ms: llmrate's
+// DefaultStoreTimeout and redisstore's DefaultTimeout; ten times longer
+// here, so that a stalled test machine does not end them), one at a
+// time: each timeout keeps its own boundary, so each call takes both
+// again, making only its two Contexts, and neither retires the other.
 func TestTwoTimeoutsKeptApart(t *testing.T) {
 	resetIdle()
 	now := time.Now()
 	call := func() (outer, inner *Context) {
-		o, ro := Bound(context.Background(), now, 50*time.Millisecond)
-		i, ri := Within(o, now, 30*time.Millisecond)
+		o, ro := Bound(context.Background(), now, 500*time.Millisecond)
+		i, ri := Within(o, now, 300*time.Millisecond)
 		outer, inner = o.(*Context), i.(*Context)
 		ri.Release()
 		ro.Release()
@@ -570,6 +574,167 @@ func TestMoreTimeoutsThanSlots(t *testing.T) {
 		t.Fatalf("%d boundaries kept idle; want at most one a slot, %d", alive, idleSlots)
 	}
 	resetIdle()
+}
+
+// slotOf reports the slot sh is kept in, or -1 (no side effect, unlike idleFor).
+func slotOf(sh *shared) int {
+	for i := range idle {
+		if idle[i].sh.Load() == sh {
+			return i
+		}
+	}
+	return -1
+}
+
+// heldNeverEnded runs goroutines × calls store calls at once, each bound
+// by one of timeouts and, within it, by half of it (as the limiter's and a
+// store's own), each context checked while held: none may be Canceled
+// (retired while held) nor end before its deadline. Once every call has
+// returned, no boundary is counted held, none idle is out of every slot
+// with its timer pending (kept by no one, retired by no one), and no more
+// than a boundary a slot is kept.
+func heldNeverEnded(t *testing.T, timeouts []time.Duration, goroutines, calls int) {
+	resetIdle()
+	defer resetIdle()
+	var seen sync.Map
+	var canceledHeld, earlyHeld atomic.Int64
+	check := func(ctx context.Context) {
+		if err := ctx.Err(); err != nil {
+			dl, _ := ctx.Deadline()
+			if errors.Is(err, context.Canceled) {
+				canceledHeld.Add(1)
+			} else if time.Now().Before(dl) {
+				earlyHeld.Add(1)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for i := 0; i < calls; i++ {
+				d := timeouts[rng.IntN(len(timeouts))]
+				now := time.Now()
+				ctx, r := Bound(context.Background(), now, d)
+				if c, ok := ctx.(*Context); ok {
+					seen.Store(c.sh, struct{}{})
+				}
+				check(ctx)
+				inner, ri := Within(ctx, now, d/2)
+				if c, ok := inner.(*Context); ok {
+					seen.Store(c.sh, struct{}{})
+				}
+				if rng.IntN(64) == 0 {
+					runtime.Gosched()
+				}
+				check(inner)
+				check(ctx)
+				ri.Release()
+				r.Release()
+			}
+		}(g)
+	}
+	wg.Wait()
+	if n := canceledHeld.Load(); n > 0 {
+		t.Errorf("%d held contexts found Canceled (retired while held)", n)
+	}
+	if n := earlyHeld.Load(); n > 0 {
+		t.Errorf("%d held contexts ended before their deadline", n)
+	}
+	kept, strays, held := 0, 0, 0
+	seen.Range(func(k, _ any) bool {
+		sh := k.(*shared)
+		switch h := sh.holders.Load(); {
+		case h < 0:
+		case h == 0:
+			if slotOf(sh) >= 0 {
+				kept++
+			} else if sh.ctx.Err() == nil {
+				strays++ // idle, in no slot, not retired, its timer still pending
+			}
+		default:
+			held++
+		}
+		return true
+	})
+	if held > 0 {
+		t.Errorf("%d boundaries still counted as held after every release", held)
+	}
+	if strays > 0 {
+		t.Errorf("%d idle boundaries neither retired nor kept in a slot, timers pending", strays)
+	}
+	if kept > idleSlots {
+		t.Errorf("%d boundaries kept", kept)
+	}
+}
+
+// Holders and the boundaries kept idle, many calls at once: see
+// heldNeverEnded (a take that revived a retired boundary, or a retire
+// that ended a held one, fails it).
+func TestHeldNeverEndedFewTimeouts(t *testing.T) {
+	heldNeverEnded(t, []time.Duration{2 * time.Millisecond, 3 * time.Millisecond, 50 * time.Millisecond}, 8, 20000)
+}
+
+// The same with more timeouts than slots: timeouts sharing a slot retire
+// one another's boundaries, never a held one.
+func TestHeldNeverEndedMoreTimeoutsThanSlots(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 13; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond+time.Duration(i)*37*time.Microsecond)
+	}
+	heldNeverEnded(t, ds, 8, 20000)
+}
+
+// Concurrent first claims of the slots: one slot per timeout, the same
+// slot for every caller of that timeout, no timeout claimed twice.
+func TestSlotClaimsConcurrent(t *testing.T) {
+	defer resetIdle()
+	for iter := 0; iter < 300; iter++ {
+		resetIdle()
+		ds := make([]time.Duration, 12)
+		for i := range ds {
+			ds[i] = time.Duration(1000+i*7+iter) * time.Microsecond
+		}
+		got := make([][4]*atomic.Pointer[shared], len(ds))
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range ds {
+			for j := 0; j < 4; j++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					got[i][j] = idleFor(ds[i])
+				}()
+			}
+		}
+		close(start)
+		wg.Wait()
+		claimed := map[int64]int{}
+		for s := range idle {
+			claimed[idle[s].d.Load()]++
+		}
+		for v, n := range claimed {
+			if n > 1 {
+				t.Fatalf("iter %d: timeout %v claimed %d slots", iter, time.Duration(v), n)
+			}
+		}
+		if len(claimed) != idleSlots || claimed[0] != 0 {
+			t.Fatalf("iter %d: claims %v", iter, claimed)
+		}
+		for i := range ds {
+			for j := 1; j < 4; j++ {
+				if got[i][j] != got[i][0] {
+					t.Fatalf("iter %d: timeout %v given two slots", iter, ds[i])
+				}
+			}
+			if p := idleFor(ds[i]); p != got[i][0] {
+				t.Fatalf("iter %d: timeout %v later given another slot", iter, ds[i])
+			}
+		}
+	}
 }
 
 // BenchmarkStoreCallContext: a store call's context made, its Done and
