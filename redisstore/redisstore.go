@@ -734,11 +734,10 @@ func (s *Store) nowArg() string {
 // near (the limiter's store timeout, when it is not longer than this
 // one); under the limiter (whose store-call context has no cancellation
 // but its deadline's, and its retirement once its holders let go), a
-// context sharing its end
-// with the calls ending in the same millisecond, with no timer of its own
-// (internal/deadline: the deadline rounded up by at most a millisecond),
-// or the limiter's own when that ends no later; otherwise
-// context.WithTimeout's.
+// context sharing its end with the calls ending in the same millisecond,
+// with no timer of its own (internal/deadline: the deadline rounded up by
+// at most a millisecond), or the limiter's own when that ends no later;
+// otherwise context.WithTimeout's.
 func (s *Store) bound(ctx context.Context, now time.Time) (context.Context, deadline.Releaser) {
 	return deadline.Within(ctx, now, s.timeout)
 }

@@ -23,11 +23,11 @@
 // derived from a call's and never cancelled, or a context.AfterFunc of
 // it never stopped, lives on until its boundary ends, with the call's
 // values: at most the timeout after the call (a store should cancel what
-// it derives, as go-redis does). A call sharing a
-// boundary, in flight with others or one at a time, makes one allocation,
-// 32 bytes, about 0.1 µs; the first call of a boundary makes its context,
-// in one allocation more than context.WithTimeout and about the time it
-// takes (BenchmarkStoreCallContext, TestBoundAllocs).
+// it derives, as go-redis does). A call sharing a boundary, in flight
+// with others or one at a time, makes one allocation, 32 bytes, about
+// 0.1 µs; the first call of a boundary makes its context, in one
+// allocation more than context.WithTimeout and about the time it takes
+// (BenchmarkStoreCallContext, TestBoundAllocs).
 package deadline
 
 import (
@@ -52,10 +52,12 @@ var origin = time.Now()
 // shared is the context every call ending at boundary idx shares.
 type shared struct {
 	idx      int64
-	d        time.Duration // the timeout of the call that made it
-	deadline time.Time     // boundary idx, its wall reading as of its making
-	ctx      context.Context
-	cancel   context.CancelFunc
+	deadline time.Time // boundary idx, its wall reading as of its making
+	// kept is where it is kept idle once let go: the slot of the timeout
+	// of the call that made it (idleFor, found once, at its making).
+	kept   *atomic.Pointer[shared]
+	ctx    context.Context
+	cancel context.CancelFunc
 	// holders counts the contexts holding it (0: kept idle, which a
 	// context may take again); -1 once retired (its timer stopped): none
 	// may take it then.
@@ -107,9 +109,9 @@ func idleFor(d time.Duration) *atomic.Pointer[shared] {
 // the same boundary. It ends at its deadline, or once it and every other
 // context sharing its boundary were released and another boundary of the
 // same timeout (or of one sharing its slot: idleFor) was let go after
-// them: unlike context.WithTimeout's, a
-// call's release (made when it returns) does not end it, so a store must
-// not count on its context ending when its call returns.
+// them: unlike context.WithTimeout's, a call's release (made when it
+// returns) does not end it, so a store must not count on its context
+// ending when its call returns.
 //
 // Its Value answers the stdlib's own lookup of a context's cancellation
 // (what context.Cause and a derived context ask for) with the shared
@@ -191,9 +193,9 @@ func (r Releaser) Release() {
 // ends, whichever is first, and its Releaser. For a parent Bound
 // made (or one wrapping it with values only), which ends at its deadline
 // or, after its caller let go of it once this call is done, when its
-// boundary is retired (never while this call holds it), that is
-// a shared context of the same values, or parent itself when that would
-// end at parent's boundary or later (a Bound of the same d made a little
+// boundary is retired (never while this call holds it), that is a shared
+// context of the same values, or parent itself when that would end at
+// parent's boundary or later (a Bound of the same d made a little
 // earlier, rounded up to the same Grain); for any other,
 // context.WithTimeout's. now must be time.Now().
 func Within(parent context.Context, now time.Time, d time.Duration) (context.Context, Releaser) {
@@ -248,7 +250,7 @@ func (sh *shared) drop() {
 	if sh.holders.Add(-1) != 0 {
 		return
 	}
-	if prev := idleFor(sh.d).Swap(sh); prev != nil && prev != sh {
+	if prev := sh.kept.Swap(sh); prev != nil && prev != sh {
 		prev.retire()
 	}
 }
@@ -276,7 +278,7 @@ func hold(idx int64, now time.Time, parent context.Context, d time.Duration) *Co
 		// wall reading both now's plus the time to the boundary), not
 		// origin's: a wall clock stepped since the process started
 		// does not skew the wall reading Deadline returns.
-		sh := &shared{idx: idx, d: d, deadline: now.Add(time.Duration(idx)*Grain - now.Sub(origin))}
+		sh := &shared{idx: idx, deadline: now.Add(time.Duration(idx)*Grain - now.Sub(origin)), kept: idleFor(d)}
 		sh.holders.Store(1)
 		sh.ctx, sh.cancel = context.WithDeadline(context.Background(), sh.deadline)
 		if place.CompareAndSwap(old, sh) {
