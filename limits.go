@@ -87,6 +87,7 @@ func (l *Limiter) LimitsHandler() http.Handler {
 		}
 		tier, err := l.resolveTier(r, a.ws)
 		a.tier = tier
+		a.plan = tier.String()
 		var o Limits
 		var overridden bool
 		if err == nil {

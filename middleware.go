@@ -121,9 +121,12 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 type admission struct {
 	key, ws string
 	tier    Tier
-	kl, wl  Limits
-	est     int64 // debited: the estimator's, at least 1, scaled by WithCalibration
-	raw     int64 // the estimator's, at least 1, before scaling: what a response without usage is charged from
+	// plan is the name of the plan in force (DecisionEvent.Plan): the
+	// tier's name without WithPlans.
+	plan   string
+	kl, wl Limits
+	est    int64 // debited: the estimator's, at least 1, scaled by WithCalibration
+	raw    int64 // the estimator's, at least 1, before scaling: what a response without usage is charged from
 	// input is the input estimate debited from the windows' InputTokens
 	// meters (Limits.Windows): raw, or with EstimateFromBody its prompt
 	// part alone; never scaled. Set only when the figures carry windows.
@@ -259,6 +262,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	ctx := r.Context()
 	tier := knownTier(c.resolver.ResolveTier(ctx, a.ws))
 	a.tier = tier
+	a.plan = tier.String()
 	a.wl = c.tiers.For(tier)
 	a.kl = a.wl
 	if c.keyTiers != nil {
@@ -341,7 +345,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		a.d.Window = time.Minute
 	}
 	if o := c.observer; o != nil {
-		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Tier: tier, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow, Class: a.class}
+		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Tier: tier, Plan: a.plan, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow, Class: a.class}
 		if a.d.Allowed {
 			ev.Wait = a.d.Wait
 		}
@@ -378,7 +382,7 @@ func (l *Limiter) failOpen(a *admission, op string, err error) {
 		ce.Write(zap.String("op", op), zap.String("key_fp", Fingerprint(a.key)), zap.Stringer("tier", a.tier), zap.Error(err))
 	}
 	if o := l.cfg.observer; o != nil {
-		o.FailedOpen(FailOpenEvent{Op: op, Err: err})
+		o.FailedOpen(FailOpenEvent{Op: op, Err: err, Plan: a.plan})
 	}
 }
 
@@ -409,7 +413,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	res := t.scanned()
 	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || res.Cut()
 	actual, charged := l.charge(a, res, cut)
-	ev := ReconcileEvent{Tier: a.tier, Estimate: a.est, Actual: actual, Cut: cut, GeneratedBytes: res.GeneratedBytes,
+	ev := ReconcileEvent{Tier: a.tier, Plan: a.plan, Estimate: a.est, Actual: actual, Cut: cut, GeneratedBytes: res.GeneratedBytes,
 		Undecoded: res.DecodeErr, Exception: res.Exception}
 	if ev.Undecoded != nil {
 		l.undecoded.Add(1)
@@ -468,6 +472,6 @@ func (l *Limiter) finishBusy(t *tracker) {
 		l.reconcile(context.Background(), a, req)
 	}
 	if o := l.cfg.observer; o != nil {
-		o.Reconciled(ReconcileEvent{Kind: ReconcileEstimated, Tier: a.tier, Estimate: a.est, Actual: a.est, Cut: true})
+		o.Reconciled(ReconcileEvent{Kind: ReconcileEstimated, Tier: a.tier, Plan: a.plan, Estimate: a.est, Actual: a.est, Cut: true})
 	}
 }

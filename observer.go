@@ -35,6 +35,9 @@ type DecisionEvent struct {
 	// gauge.
 	Window time.Duration
 	Tier   Tier
+	// Plan is the name of the plan the request was held to: the plan's
+	// Name under WithPlans, else the tier's name ("free").
+	Plan string
 	// Model is the ModelLimits entry whose buckets the request spent, as
 	// configured (e.g. "gpt-4o*"); "" for the default buckets.
 	Model      string
@@ -88,9 +91,10 @@ func (k ReconcileKind) String() string {
 type ReconcileEvent struct {
 	Kind     ReconcileKind
 	Tier     Tier
-	Estimate int64 // debited at admission
-	Actual   int64 // the charge that replaced it (before bucket bounds)
-	Reported Usage // zero unless Kind is ReconcileUsage or ReconcilePartial
+	Plan     string // as DecisionEvent.Plan
+	Estimate int64  // debited at admission
+	Actual   int64  // the charge that replaced it (before bucket bounds)
+	Reported Usage  // zero unless Kind is ReconcileUsage or ReconcilePartial
 	// Cut: the response was cut off (client gone, write error, handler
 	// panic, stream stopped mid-event or mid-message), its body could not
 	// be wholly decoded (Undecoded), or an event stream carried an
@@ -125,4 +129,7 @@ type DecodeError = usage.DecodeError
 type FailOpenEvent struct {
 	Op  string // "admit", "reconcile" or "limits"
 	Err error  // a *StoreError, a *PanicError or an error wrapping ErrInvalidOverride; never quotes a raw key
+	// Plan is the request's plan's name (DecisionEvent.Plan) when it was
+	// known; "" for a plan that could not be resolved or was invalid.
+	Plan string
 }

@@ -50,6 +50,7 @@ func WithReconcileQueue(n int) Option {
 type reconcileJob struct {
 	req  ReconcileRequest
 	tier Tier
+	plan string
 }
 
 // reconcileQueue applies reconciles to a non-memory store off the response
@@ -122,7 +123,7 @@ func (q *reconcileQueue) apply(j reconcileJob) {
 	defer q.done()
 	defer func() {
 		if p := recover(); p != nil { // e.g. an Observer that panicked
-			q.l.failOpen(&admission{key: j.req.Key, tier: j.tier}, "reconcile", &PanicError{Where: "reconcile", Value: p})
+			q.l.failOpen(&admission{key: j.req.Key, tier: j.tier, plan: j.plan}, "reconcile", &PanicError{Where: "reconcile", Value: p})
 		}
 	}()
 	if err := q.l.calls.reconcile(context.Background(), j.req); err != nil {
@@ -180,7 +181,7 @@ func (q *reconcileQueue) close(ctx context.Context) (dropped int64) {
 		case j := <-q.jobs:
 			dropped++
 			q.pending.Add(-1)
-			q.l.failOpen(&admission{key: j.req.Key, tier: j.tier}, "reconcile", &StoreError{Op: "reconcile", Err: fmt.Errorf("not applied before Close: %w", context.Cause(ctx))})
+			q.l.failOpen(&admission{key: j.req.Key, tier: j.tier, plan: j.plan}, "reconcile", &StoreError{Op: "reconcile", Err: fmt.Errorf("not applied before Close: %w", context.Cause(ctx))})
 		default:
 			return dropped
 		}
@@ -196,11 +197,11 @@ func (l *Limiter) reconcile(ctx context.Context, a *admission, req ReconcileRequ
 		// In process: no reply can be lost, so no identity is recorded;
 		// the ID only releases the slots its admission holds.
 		l.mem.reconcile(req)
-	case l.rq != nil && l.rq.enqueue(reconcileJob{req: req, tier: a.tier}):
+	case l.rq != nil && l.rq.enqueue(reconcileJob{req: req, tier: a.tier, plan: a.plan}):
 		return
 	default:
 		if err = l.calls.reconcile(ctx, req); err != nil {
-			l.retryReconcile(reconcileJob{req: req, tier: a.tier}, err) // tried again for a few seconds
+			l.retryReconcile(reconcileJob{req: req, tier: a.tier, plan: a.plan}, err) // tried again for a few seconds
 			return
 		}
 	}
