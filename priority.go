@@ -8,10 +8,26 @@ import (
 	"strconv"
 )
 
-// WithPriority keeps a share of every bucket and gauge from the priority
-// classes named in reserves, so that when a workspace runs short the
-// traffic of those classes (a batch job) waits and the rest (the person
-// waiting on an answer) does not.
+// WithPriority keeps a share of every bucket and gauge from each class
+// named in reserves, for everyone else: reserves {"batch": 0.5} keeps half
+// of every bucket from batch, so that when a workspace runs short the
+// batch job is refused (or made to wait) first and the other classes (say "interactive", the
+// person waiting on an answer, which needs no entry of its own) still
+// find the kept half. The map names the classes held back, never the
+// favoured one: every class not in it, and a request with no class, may
+// spend every bucket to the bottom.
+//
+//	llmrate.WithPriority(llmrate.Header("X-Priority"), map[string]float64{
+//		"batch": 0.5, // kept from batch; "interactive" and unclassed traffic may use it
+//	})
+//
+// A reserve acts only where the classes share buckets: one key sending
+// both (its four buckets), or keys of one workspace (its two workspace
+// buckets; WithWorkspace puts keys in one). By default each key is its own
+// workspace, so a batch key and an interactive key spend different
+// buckets, and a reserve on the batch key only holds the batch key back
+// from its own, protecting no one; plans and tiers resolve per workspace,
+// and so do the workspace buckets a reserve protects.
 //
 // class names each request's priority class: e.g. Header("X-Priority"),
 // or a function reading what your authentication layer knows of the key.
