@@ -18,7 +18,9 @@ import (
 // costs about 73 bytes with its index (BENCHMARKS.md), so the bound caps
 // the store near 77 MB in the default configuration (one entry per key) and
 // near 154 MB with separate workspaces (two kinds at the bound), beyond
-// which only entries in debt are kept (see MemoryStore, OverBound).
+// which only entries in debt are kept (see MemoryStore, OverBound). With
+// windows (Limits.Windows) a key costs 200 to 792 bytes, 2.8 to 11 times
+// as much: near 210 to 830 MB at the bound (bench/memory-windows.txt).
 const DefaultMaxKeys = 1 << 20
 
 const (
