@@ -242,6 +242,19 @@ func byReserve(st []winStage, r int64) bool {
 	return false
 }
 
+// stageWait is the longest reservation decideStages may grant r: its
+// MaxWait, or none with a priority reserve (AdmitRequest.Reserve). A
+// reservation is debited at admission, so one granted to a request that
+// does not fit above its floor now would take a bucket below the floor
+// at once; such a request is refused instead, its Retry-After the wait
+// until it fits above every floor.
+func stageWait(r AdmitRequest) time.Duration {
+	if r.Reserve > 0 {
+		return 0
+	}
+	return r.MaxWait
+}
+
 // decideStages decides over stages in order, then the gauges (g; nil: none
 // in force): all are debited only if all have room and every gauge a free
 // slot (the caller takes the slots); with maxWait > 0 a request that would
@@ -386,7 +399,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 			withReserve(st, r.Reserve)
 			g.withReserve(r.Reserve)
 		}
-		d := decideStages(st, r.MaxWait, g)
+		d := decideStages(st, stageWait(r), g)
 		if r.Reserve > 0 && !d.Allowed && !d.Refused.Concurrent() {
 			d.ByReserve = byReserve(st, r.Reserve)
 		}
@@ -440,7 +453,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 		withReserve(st, r.Reserve)
 		g.withReserve(r.Reserve)
 	}
-	d := decideStages(st, r.MaxWait, g)
+	d := decideStages(st, stageWait(r), g)
 	if r.Reserve > 0 && !d.Allowed && !d.Refused.Concurrent() {
 		d.ByReserve = byReserve(st, r.Reserve)
 	}

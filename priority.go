@@ -63,8 +63,11 @@ import (
 // gauge's: 1 s), and a message saying that the rest is kept for other
 // traffic and naming the class; a request larger than a full bucket less
 // its class's reserve never fits (Retry-After: 60, as for one larger than
-// the bucket). With WithMaxWait a reservation waits until it fits above
-// its reserve. Shadow mode (WithShadow) decides as enforcement would.
+// the bucket). With WithMaxWait a request of a reserved class is never
+// held for a reservation (one is debited when granted, so it would take a
+// bucket below the reserve at once): it is refused with the Retry-After
+// until it fits above the reserve; requests without a reserve wait as
+// usual. Shadow mode (WithShadow) decides as enforcement would.
 // DecisionEvent.Class names the class when it is a key of reserves.
 // Floors round up: under a gauge of 1 slot a class with any reserve is
 // never admitted (its floor is the one slot), refused with Retry-After 1.

@@ -264,27 +264,39 @@ func TestPriorityShadow(t *testing.T) {
 	assert.Equal(t, 6*time.Second, e.RetryAfter)
 }
 
-// TestPriorityMaxWait: 60,000 tokens per minute (1,000 a second, a bucket
-// of 120,000, a floor of 60,000 at one half). With the bucket at the
-// floor, a batch request of 10 tokens waits 10 ms; one of 6,000 would
-// wait 6 s, past the 5 s allowed; the default class fits at once.
+// TestPriorityMaxWait: 1,000 tokens per minute (a bucket of 2,000, a
+// floor of 1,000 at one half, 100 tokens back every 6 s) and WithMaxWait
+// of 60 s. The batch class spends its 1,000 (ten requests of 100); each
+// of the next ten 100-token batch requests is refused, not granted a
+// wait below the floor (a reservation is debited at admission), with
+// Retry-After 6 (100 tokens above the floor) and nothing debited; so an
+// unclassed request of 1,000 tokens, exactly the reserve, fits at once.
+// (This test once asserted the batch class waited 10 ms with the bucket
+// already at the floor: a debit below it.)
 func TestPriorityMaxWait(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
-	h := newHarness(t, okHandler, llmrate.WithTiers(uniform(llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 60_000})),
-		halfBatch(), llmrate.WithMaxWait(5*time.Second), llmrate.WithObserver(rec))
-	require.Equal(t, http.StatusOK, h.sendClass("sk-1", "batch", 60_000).Code, "to the floor")
-	require.Equal(t, http.StatusOK, h.sendClass("sk-1", "batch", 10).Code, "a reservation")
-	w := h.sendClass("sk-1", "batch", 5990)
-	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, "6", w.Header().Get("Retry-After"), "from 59,990 to 65,990 at 1,000 a second")
-	assert.Contains(t, decodeErr(t, w).Error.Message, "kept for other traffic (priority class batch)")
-	require.Equal(t, http.StatusOK, h.sendClass("sk-1", "", 5990).Code, "no reserve: fits now")
+	h := newHarness(t, okHandler, llmrate.WithTiers(uniform(llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 1000})),
+		halfBatch(), llmrate.WithMaxWait(60*time.Second), llmrate.WithObserver(rec))
+	for i := range 10 {
+		require.Equal(t, http.StatusOK, h.sendClass("sk-1", "batch", 100).Code, "batch request %d: down to the floor", i+1)
+	}
+	for i := range 10 {
+		w := h.sendClass("sk-1", "batch", 100)
+		require.Equal(t, http.StatusTooManyRequests, w.Code, "batch request %d past the floor: refused, not held below it", i+11)
+		assert.Equal(t, "6", w.Header().Get("Retry-After"), "from 1,000 to 1,100 at 1,000 a minute")
+		assert.Contains(t, decodeErr(t, w).Error.Message, "kept for other traffic (priority class batch)")
+	}
+	require.Equal(t, http.StatusOK, h.sendClass("sk-1", "", 1000).Code, "no reserve: the reserve is all there")
+	w := h.sendClass("sk-1", "batch", 1)
+	require.Equal(t, http.StatusTooManyRequests, w.Code, "the bucket is empty")
+	assert.Equal(t, "60", w.Header().Get("Retry-After"), "1,001 tokens at 1,000 a minute: 60.06 s, capped at 60")
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	require.Len(t, rec.decisions, 4)
-	assert.Equal(t, 10*time.Millisecond, rec.decisions[1].Wait, "10 tokens at 1,000 a second, above the floor")
-	assert.Equal(t, time.Duration(0), rec.decisions[3].Wait)
+	require.Len(t, rec.decisions, 22)
+	for i, e := range rec.decisions {
+		assert.Equal(t, time.Duration(0), e.Wait, "decision %d: nothing waits", i)
+	}
 }
 
 // BenchmarkAdmitReservedHotKey: BenchmarkAdmitHotKey's admission with a

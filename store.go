@@ -208,8 +208,10 @@ type AdmitRequest struct {
 	// names the first bucket (in the order above), or else gauge, without
 	// room above its floor, with Decision.ByReserve set when that one had
 	// room for the request itself; RetryAfter is then the wait until it
-	// fits above the floor in every bucket (a gauge's: 1 s), and with
-	// MaxWait a reservation waits until then. A request larger than some
+	// fits above the floor in every bucket (a gauge's: 1 s). A request
+	// with a reserve is never granted a reservation, whatever its MaxWait:
+	// a reservation is debited now, so it would leave a bucket below its
+	// floor; it is refused instead. A request larger than some
 	// bucket's capacity less its floor never fits (Decision.NeverFits); a
 	// gauge never sets NeverFits, even one whose floor leaves no slot (a
 	// figure of 1 keeps its one slot from any reserve).

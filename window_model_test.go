@@ -268,7 +268,8 @@ func (m *wModel) admit(r wReq) llmrate.Decision {
 			}
 			d.RetryAfter = max(d.RetryAfter, capped)
 		}
-		if r.maxWait > 0 && !d.NeverFits && exact.Cmp(big.NewInt(int64(r.maxWait))) <= 0 {
+		// A reserve never waits: a reservation is debited now, below the floor.
+		if r.maxWait > 0 && r.reserve == 0 && !d.NeverFits && exact.Cmp(big.NewInt(int64(r.maxWait))) <= 0 {
 			debit()
 			d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter, d.ByReserve = true, 0, 0, time.Duration(exact.Int64()), 0, false
 		}

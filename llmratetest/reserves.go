@@ -22,8 +22,10 @@ const (
 // ByReserve and the wait until it fits above the floor; a request without
 // a reserve spends to the bottom; a lone reserved class reaches exactly
 // (1 − r) of each bucket; a request larger than the capacity less the
-// floor never fits; reservations (MaxWait) wait until above the floor; a
-// refusal debits nothing.
+// floor never fits; a reserved request is never granted a reservation
+// (MaxWait): it would be debited below its floor, so it is refused with
+// the wait until it fits above it, while one without a reserve still
+// waits; a refusal debits nothing.
 func runReserves(t *testing.T, f factory) {
 	for _, solo := range []bool{false, true} {
 		t.Run(fmt.Sprintf("PerMinute/Solo=%v", solo), func(t *testing.T) {
@@ -219,22 +221,23 @@ func runReserves(t *testing.T, f factory) {
 		res := plain
 		res.Reserve, res.Tokens, res.MaxWait = half, 1000, 5*time.Second
 		d, _ = e.admit(res)
-		mustEqual(t, true, d.Allowed, "a reservation")
-		equal(t, time.Second, d.Wait, "until 1,000 tokens fit above the floor")
-		equal(t, false, d.ByReserve, "allowed: ByReserve is false")
-		equal(t, int64(59_000), d.Remaining[llmrate.KeyTokens], "debited now, below the floor")
-		d, _ = e.admit(res)
-		mustEqual(t, true, d.Allowed, "a second reservation")
-		equal(t, 2*time.Second, d.Wait, "behind the first")
-		res.Tokens = 4000
-		d, _ = e.admit(res)
-		mustEqual(t, false, d.Allowed, "6 s past MaxWait")
+		mustEqual(t, false, d.Allowed, "no reservation below the floor: it would be debited now")
 		equal(t, llmrate.KeyTokens, d.Refused, "refused by")
-		equal(t, true, d.ByReserve, "58,000 would hold 4,000 without the reserve")
-		equal(t, 6*time.Second, d.RetryAfter, "from 58,000 to 64,000 at 1,000 per second")
+		equal(t, true, d.ByReserve, "60,000 would hold 1,000 without the reserve")
+		equal(t, time.Second, d.RetryAfter, "until 1,000 tokens fit above the floor")
+		equal(t, time.Duration(0), d.Wait, "refused: no wait")
+		equal(t, int64(60_000), d.Remaining[llmrate.KeyTokens], "nothing debited")
 		plain.Tokens, plain.MaxWait = 4000, 5*time.Second
 		d, _ = e.admit(plain)
 		mustEqual(t, true, d.Allowed, "no reserve: fits now")
 		equal(t, time.Duration(0), d.Wait, "no wait")
+		d, _ = e.admit(res)
+		mustEqual(t, false, d.Allowed, "56,000 left")
+		equal(t, 5*time.Second, d.RetryAfter, "from 56,000 to 61,000 at 1,000 per second")
+		plain.Tokens = 60_000
+		d, _ = e.admit(plain)
+		mustEqual(t, true, d.Allowed, "no reserve: a reservation, as without reserves")
+		equal(t, 4*time.Second, d.Wait, "from 56,000 to 60,000")
+		equal(t, int64(-4000), d.Remaining[llmrate.KeyTokens], "debited now")
 	})
 }

@@ -24,7 +24,8 @@
 -- the workspace's gauges'. Each is an exact integer computed by the caller
 -- (llmrate.ReserveFloor, at most 2 × 10^12, so an exact double). A bucket
 -- admits only while it holds its need plus its floor; a gauge only while
--- its count plus one plus its floor is within its figure.
+-- its count plus one plus its floor is within its figure. With floors
+-- ARGV[4] is ignored: such a request never gets a reservation.
 -- Returns {allowed, refused, retry_us, never, kr, kt, wr, wt, wait_us,
 -- the refusing window bucket (1-based; 0: none), then each window
 -- bucket's level}; never is 1 when the request can never fit, plus 2 when
@@ -83,6 +84,10 @@ local fkr, fkt, fwr, fwt, fkc, fwc = 0, 0, 0, 0, 0, 0
 if FL then
   fkr, fkt, fwr, fwt = struct.unpack("<dddd", FL)
   fkc, fwc = struct.unpack("<dd", FL, 33 + 8 * nw)
+  -- No reservation with a reserve: it is debited now, so one granted to a
+  -- request that does not fit above its floors now would take a bucket
+  -- below its floor at once. Refused instead, with the wait until it fits.
+  maxwait = 0
 end
 local kkey, wkey = KEYS[1], KEYS[2]
 local wl, wr, wrf, wt, wtf = xget(wkey, LW, now, wrr, wtr)

@@ -146,7 +146,7 @@ func TestReservesMatchReference(t *testing.T) {
 	require.Greater(t, byReserve, steps/20)
 	require.Greater(t, refused-byReserve, steps/20)
 	require.Greater(t, reservedAdmits, steps/10)
-	require.Greater(t, reservations, steps/200)
+	require.Greater(t, reservations, steps/800) // only requests without a reserve wait
 }
 
 // TestReserveFloorsExactAtLargestFigures: floors whose quotient a double

@@ -130,43 +130,53 @@ func TestReserveGaugesKeepSlotsFree(t *testing.T) {
 	assert.False(t, d.ByReserve)
 }
 
-// TestReserveMaxWaitWaitsAboveTheFloor: 60 requests a minute (a bucket
+// TestReserveMaxWaitRefusesBelowTheFloor: 60 requests a minute (a bucket
 // of 120, one back a second) with a reserve of one half (floor 60): the
-// class spends 60 at once; with MaxWait the next waits until the bucket
-// holds 61 (1 s), the one after until it holds 61 again after that
-// reservation's debit (2 s); without MaxWait a request is refused by the
-// reserve, its Retry-After the 3 s until it fits above the floor.
-func TestReserveMaxWaitWaitsAboveTheFloor(t *testing.T) {
+// class spends 60 at once; with MaxWait the next is refused, not granted
+// a reservation (it would be debited now, below the floor), Retry-After
+// the 1 s until the bucket holds 61, ByReserve, nothing debited. A
+// request without a reserve still fits at once (59 left), and then the
+// reserved class is refused for the 2 s until 61; the unclassed requests
+// spend the bucket to 0 and the next of them waits 1 s, as without
+// reserves. (This test once asserted a reservation left 59 under the
+// floor of 60.)
+func TestReserveMaxWaitRefusesBelowTheFloor(t *testing.T) {
 	srv := redistest.Start(t)
 	s := prioStore(t, srv.Addr, "", prioClock)
 	ctx := context.Background()
 	lim := llmrate.Limits{RequestsPerMinute: 60, TokensPerMinute: 1_000_000}
-	admit := func(wait time.Duration) llmrate.Decision {
+	admit := func(reserve int64, wait time.Duration) llmrate.Decision {
 		d, err := s.Admit(ctx, llmrate.AdmitRequest{Key: "sk-w", Workspace: "sk-w", Solo: true, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1,
-			ID: llmrate.NewAdmissionID(), Reserve: 500_000, MaxWait: wait})
+			ID: llmrate.NewAdmissionID(), Reserve: reserve, MaxWait: wait})
 		require.NoError(t, err)
 		return d
 	}
 	for i := range 60 {
-		d := admit(0)
+		d := admit(500_000, 0)
 		require.True(t, d.Allowed, "%d", i)
 		require.Zero(t, d.Wait)
 	}
-	d := admit(5 * time.Second)
-	require.True(t, d.Allowed)
-	assert.Equal(t, time.Second, d.Wait)
-	assert.Equal(t, int64(59), d.Remaining[llmrate.KeyRequests])
-	d = admit(5 * time.Second)
-	require.True(t, d.Allowed)
-	assert.Equal(t, 2*time.Second, d.Wait)
-	d = admit(0)
-	assert.False(t, d.Allowed)
+	d := admit(500_000, 5*time.Second)
+	assert.False(t, d.Allowed, "a reservation would be debited below the floor")
 	assert.Equal(t, llmrate.KeyRequests, d.Refused)
-	assert.True(t, d.ByReserve, "58 left: room for one, not above the floor")
-	assert.Equal(t, 3*time.Second, d.RetryAfter)
-	d = admit(2 * time.Second)
-	assert.False(t, d.Allowed, "3 s is past MaxWait")
-	assert.Equal(t, 3*time.Second, d.RetryAfter)
+	assert.True(t, d.ByReserve, "60 left: room for one, not above the floor")
+	assert.Equal(t, time.Second, d.RetryAfter, "from 60 to 61")
+	assert.Equal(t, int64(60), d.Remaining[llmrate.KeyRequests], "nothing debited")
+	d = admit(0, 5*time.Second)
+	require.True(t, d.Allowed, "no reserve")
+	assert.Zero(t, d.Wait, "fits now")
+	assert.Equal(t, int64(59), d.Remaining[llmrate.KeyRequests])
+	d = admit(500_000, 5*time.Second)
+	assert.False(t, d.Allowed)
+	assert.True(t, d.ByReserve)
+	assert.Equal(t, 2*time.Second, d.RetryAfter, "from 59 to 61")
+	for i := range 59 {
+		require.True(t, admit(0, 0).Allowed, "%d", i)
+	}
+	d = admit(0, 5*time.Second)
+	require.True(t, d.Allowed, "no reserve: a reservation, as without reserves")
+	assert.Equal(t, time.Second, d.Wait)
+	assert.Equal(t, int64(-1), d.Remaining[llmrate.KeyRequests])
 }
 
 // TestReserveResentIDDebitsNothing: a reserved admission sent again under

@@ -157,8 +157,8 @@
 // request fits above the floor in every bucket (a gauge: 1 s), capped as
 // for windows (60 s, or a longer window's Per; the limiter rounds it up
 // to whole seconds), and a request larger than some bucket's capacity less
-// its floor NeverFits. With MaxWait a reservation waits until it fits
-// above every floor. A Reserve above llmrate.MaxReserve counts as
+// its floor NeverFits. Such a request is never granted a reservation
+// (MaxWait is ignored: one is debited at once, below the floor). A Reserve above llmrate.MaxReserve counts as
 // MaxReserve. Such an admission is never batched and bypasses the leases
 // (WithLeases): it is decided in Redis against the shared levels the lease
 // scripts keep (capacity out on lease is not free), never from this

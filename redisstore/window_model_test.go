@@ -147,7 +147,8 @@ func refSpecs(r llmrate.AdmitRequest) []refSpec {
 // request's reserve (DESIGN §19, the Store contract's Reserve): each bucket
 // must hold its need plus its floor, the first that does not refuses
 // (ByReserve when it held the need itself), every wait is until the need
-// plus the floor, and a need plus floor above the capacity never fits.
+// plus the floor, a need plus floor above the capacity never fits, and a
+// request with a reserve is never granted a reservation (MaxWait).
 func (m *refModel) admit(r llmrate.AdmitRequest, now int64) llmrate.Decision {
 	specs := refSpecs(r)
 	if r.Solo {
@@ -189,7 +190,8 @@ func (m *refModel) admit(r llmrate.AdmitRequest, now int64) llmrate.Decision {
 			longest = max(longest, w)
 			capped = max(capped, min(w, max(int64(60_000_000), s.period)))
 		}
-		if r.MaxWait > 0 && !never && longest <= r.MaxWait.Microseconds() {
+		// A reserve never waits: a reservation is debited now, below the floor.
+		if r.MaxWait > 0 && r.Reserve == 0 && !never && longest <= r.MaxWait.Microseconds() {
 			d.Wait = time.Duration(longest) * time.Microsecond
 			first = -1
 		} else {
