@@ -65,9 +65,8 @@ func (c *Cache) Period(k Kind, loc *time.Location, t time.Time) (start, end time
 }
 
 // add returns the slot for kk, adding it to a copy of the map if no other
-// caller has. The new slot is published only once it holds a period, so
-// a reader never finds an empty one: add stores a placeholder that no
-// instant lies inside ([0, 0)).
+// caller has. A new slot holds a placeholder period that no instant lies
+// inside ([0, 0)), so a reader never finds one without a period.
 func (c *Cache) add(kk key) *slot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
