@@ -267,6 +267,7 @@ func TestNoKeyCanTakeTheRequest(t *testing.T) {
 	assert.Equal(t, "rate_limit_exceeded", env.Error.Code)
 	assert.Nil(t, env.Error.Param)
 	assert.Contains(t, env.Error.Message, "try again in 5s")
+	assert.Contains(t, env.Error.Message, "the provider's rate limit", "the provider said so, not a meter of ours")
 	assert.Contains(t, body, `"param":null`)
 
 	r.clk.Add(5 * time.Second)
@@ -292,6 +293,10 @@ func TestSynthesizedRetryAfterFromBuckets(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	assert.Equal(t, "8", resp.Header.Get("Retry-After"))
 	assert.Equal(t, []string{"a:skipped_own_limit", "b:skipped_own_limit"}, r.rec.outcomes())
+	_, body := r.post(t, chat("m", 800))
+	assert.Contains(t, body, "Rate limit reached for tokens per minute", "the meter and window of the key with room soonest")
+	assert.Contains(t, body, "limit 1200 per minute")
+	r.rec.outcomes()
 	r.clk.Add(7 * time.Second) // a needs 0.5 s more: rounded up to 1
 	resp, _ = r.post(t, chat("m", 800))
 	assert.Equal(t, "1", resp.Header.Get("Retry-After"))

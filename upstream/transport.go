@@ -238,6 +238,8 @@ type round struct {
 	held     *http.Response // the latest provider 429, returned if nothing follows
 	wait     time.Duration  // the soonest a key that may fit has room
 	waitSet  bool           // some key may fit
+	why      refusal        // what that key waits on
+	tooLarge []tooLarge     // the meters and windows the request exceeds on the keys it never fits
 }
 
 // try considers key k: it skips it, or sends the request on it. done
@@ -246,13 +248,13 @@ func (r *round) try(k *key) (resp *http.Response, done bool, err error) {
 	t := r.t
 	ev := AttemptEvent{Key: k.Name, Estimate: r.est}
 	now := t.clock()
-	if r.est > k.Limits.TokensPerMinute {
+	if r.noteTooLarge(k) {
 		ev.Outcome, ev.NeverFits = OutcomeSkippedOwnLimit, true
 		t.emit(&ev)
 		return nil, false, nil
 	}
 	if w := k.skips.wait(now, r.modelName); w > 0 {
-		r.noteWait(w)
+		r.noteWait(w, refusal{provider: true})
 		ev.Outcome, ev.Wait = OutcomeSkippedProvider, w
 		t.emit(&ev)
 		return nil, false, nil
@@ -266,7 +268,7 @@ func (r *round) try(k *key) (resp *http.Response, done bool, err error) {
 		t.emit(&ev)
 		return nil, false, nil
 	case !d.Allowed:
-		r.noteWait(d.RetryAfter)
+		r.noteWait(d.RetryAfter, ownRefusal(k, d))
 		ev.Outcome, ev.Wait = OutcomeSkippedOwnLimit, d.RetryAfter
 		t.emit(&ev)
 		return nil, false, nil
@@ -444,9 +446,11 @@ func (r *round) probe() *http.Request {
 	return p
 }
 
-func (r *round) noteWait(w time.Duration) {
+// noteWait records that a key has room for the request in w, refused by
+// why until then: the soonest such wait is the synthesized 429's.
+func (r *round) noteWait(w time.Duration, why refusal) {
 	if !r.waitSet || w < r.wait {
-		r.wait, r.waitSet = w, true
+		r.wait, r.waitSet, r.why = w, true, why
 	}
 }
 

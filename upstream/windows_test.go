@@ -24,10 +24,13 @@ func TestKeyDailyQuota(t *testing.T) {
 		resp, _ := r.post(t, chat("m", 400))
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 	}
-	resp, _ := r.post(t, chat("m", 400))
+	resp, body := r.post(t, chat("m", 400))
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	assert.Equal(t, "43200", resp.Header.Get("Retry-After"), "one request back in 12 h")
 	assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+	assert.Contains(t, body, "requests per day", "the message names the meter and window that refused")
+	assert.Contains(t, body, "limit 2 per day")
+	assert.Contains(t, body, "try again in 43200s")
 	assert.Len(t, r.p.calls(), 2, "the third was never sent")
 	r.clk.Add(12 * time.Hour)
 	resp, _ = r.post(t, chat("m", 400))
@@ -54,6 +57,47 @@ func TestKeyInputOutputTokensPerMinute(t *testing.T) {
 	resp, _ = r.post(t, chat("m", 400))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, []string{"anthropic:admitted"}, r.rec.outcomes())
+}
+
+// A request larger than a key's input meter never fits it, however large
+// its tokens per minute: the 429 names the meter and window whose whole
+// capacity the request exceeds, not the tokens per minute it fits.
+func TestKeyInputMeterNeverFitsNamesTheMeter(t *testing.T) {
+	t.Parallel()
+	a := bearerKey("anthropic", "sk-a", 50, 1_000_000)
+	a.Limits.Windows = []llmrate.Window{{Per: time.Minute, InputTokens: 1_000}}
+	r := newRig(t, []upstream.Key{a})
+	resp, body := r.post(t, chat("m", 4*1_001)) // estimate 1,001 input tokens
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "60", resp.Header.Get("Retry-After"))
+	assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+	assert.Contains(t, body, "input tokens per minute")
+	assert.Contains(t, body, "its estimated 1001 input tokens exceed")
+	assert.Contains(t, body, "capacity of 1000")
+	assert.Contains(t, body, "Retrying will not help")
+	assert.NotContains(t, body, "tokens-per-minute", "not the tokens per minute the request fits")
+	assert.Empty(t, r.p.calls())
+
+	resp, _ = r.post(t, chat("m", 4*1_000))
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "1,000 input tokens fit exactly")
+}
+
+// Keys that each refuse a request for a different meter: the message names
+// each meter and window the request exceeds, with the largest capacity
+// among the keys that have it.
+func TestNeverFitsNamesEveryMeterExceeded(t *testing.T) {
+	t.Parallel()
+	a := bearerKey("a", "sk-a", 50, 500) // 1,001 tokens exceed its 500 per minute
+	b := bearerKey("b", "sk-b", 50, 1_000_000)
+	b.Limits.Windows = []llmrate.Window{{Per: 6 * time.Hour, InputTokens: 600}}
+	c := bearerKey("c", "sk-c", 50, 1_000_000)
+	c.Limits.Windows = []llmrate.Window{{Per: 6 * time.Hour, InputTokens: 900}}
+	r := newRig(t, []upstream.Key{a, b, c})
+	resp, body := r.post(t, chat("m", 4*1_001))
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+	assert.Contains(t, body, "tokens per minute (its estimated 1001 tokens exceed a capacity of 500)")
+	assert.Contains(t, body, "input tokens per 6h0m0s (its estimated 1001 input tokens exceed a capacity of 900)")
 }
 
 func TestKeyWindowsValidated(t *testing.T) {
