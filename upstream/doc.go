@@ -73,8 +73,8 @@
 //
 // Keys are tried in order. A key is skipped, and the next one considered,
 // when:
-//   - its own buckets have no room (or the request is larger than its whole
-//     tokens bucket);
+//   - its own buckets have no room (or the request is larger than one of
+//     them whole: its tokens or input tokens in some window);
 //   - the provider answered it 429: it is skipped until the provider says
 //     it has room (Retry-After-Ms, Retry-After in seconds or as an
 //     HTTP-date, else the latest reset among the limits its headers below
@@ -107,11 +107,23 @@
 // llmrate's error envelope ("type": "rate_limit_error", "code":
 // "rate_limit_exceeded", "param": null), a fresh X-Request-Id and
 // Retry-After the whole seconds, rounded up, until the soonest key that
-// may fit has room, clamped to 1…60 (for a key skipped by the provider,
-// the end of its skip; its buckets are not asked, since asking debits). A request larger than every
-// key's whole tokens bucket gets Retry-After: 60, a message saying retrying
-// will not help, and X-Should-Retry: false, which the official OpenAI and
-// Anthropic SDKs honour.
+// may fit has room (for a key skipped by the provider, the end of its
+// skip; its buckets are not asked, since asking debits), at least 1. A
+// wait of 60 s or less is sent as it is. A longer one, when a provider's
+// skip (up to MaxProviderSkip) or a key's window longer than a minute (a
+// daily quota) holds every key, is sent as the honest wait too, not
+// clamped, with X-Should-Retry: false, so that the official OpenAI and
+// Anthropic SDKs hand it to the caller instead of sleeping and resending.
+// The message names what the soonest key waits on, as the llmrate
+// middleware's 429s do: the meter and window of its bucket that refused
+// ("Rate limit reached for requests per day (upstream key): limit 250 per
+// day, …"), or the provider's rate limit. A request larger than the whole
+// capacity of one of every key's buckets (a tokens or input tokens meter,
+// the per-minute figures held as a one-minute window) gets Retry-After:
+// 60, X-Should-Retry: false, and a message naming each meter and window
+// it exceeds with its capacity ("input tokens per minute (its estimated
+// 1001 input tokens exceed a capacity of 1000)") and saying retrying will
+// not help.
 //
 // # Failures
 //

@@ -276,6 +276,40 @@ func TestNoKeyCanTakeTheRequest(t *testing.T) {
 	assert.Equal(t, []string{"a:skipped_provider", "b:admitted"}, r.rec.outcomes())
 }
 
+// A provider's skip past a minute is relayed as the honest wait, not
+// clamped to 60, with X-Should-Retry: false so the SDKs hand it to the
+// caller; at 60 s or less, the flag is absent.
+func TestProviderSkipPastAMinute(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, []upstream.Key{bearerKey("a", "sk-a", 100, 100_000)})
+	r.p.on("sk-a", tooMany("Retry-After", "3600"))
+	at := r.clk.Now()
+	resp, _ := r.post(t, chat("m", 400))
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "3600", resp.Header.Get("Retry-After"), "the provider's own 429, as sent")
+	r.p.on("sk-a", nil)
+
+	for _, tc := range []struct {
+		after      time.Duration
+		retryAfter string
+		should     string
+	}{
+		{0, "3600", "false"},
+		{3539 * time.Second, "61", "false"},
+		{3539*time.Second + 500*time.Millisecond, "61", "false"}, // 60.5 s: rounded up, past 60
+		{3540 * time.Second, "60", ""},
+		{3599 * time.Second, "1", ""},
+	} {
+		r.clk.Add(at.Add(tc.after).Sub(r.clk.Now())) // tc.after past the 429
+		resp, body := r.post(t, chat("m", 400))
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%v after", tc.after)
+		assert.Equal(t, tc.retryAfter, resp.Header.Get("Retry-After"), "%v after", tc.after)
+		assert.Equal(t, tc.should, resp.Header.Get("X-Should-Retry"), "%v after", tc.after)
+		assert.Contains(t, body, "try again in "+tc.retryAfter+"s")
+	}
+	assert.Len(t, r.p.calls(), 1, "nothing more was sent")
+}
+
 // The synthesized 429's Retry-After is the deficit of the key that has room
 // soonest over its refill rate, rounded up.
 func TestSynthesizedRetryAfterFromBuckets(t *testing.T) {
