@@ -84,7 +84,9 @@
 //     never until the reset of a limit that still has room, so that one
 //     oversized request does not take every key out of rotation), for the
 //     request's model when the request's JSON body names one at its top
-//     level, else for every model;
+//     level, else for every model (a key holds at most 256 per-model
+//     skips, each under a name of at most 256 bytes; every longer name
+//     shares one skip, apart from the shorter names);
 //   - a response of the provider's (any status) said 0 remaining: OpenAI's
 //     x-ratelimit-remaining-requests or -tokens, until the matching
 //     x-ratelimit-reset-* (a Go-style duration such as 6m0s, 1.5s, 20ms);

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,30 @@ import (
 // one more provider 429).
 const maxSkippedModels = 256
 
+// maxSkippedName is the longest model name a skip holds as itself, as the
+// llmrate middleware's calibration learns no longer one: names come from
+// clients, and a longer one is no model a provider serves. Every longer
+// name shares one skip, so a key skipped for one of them is skipped for all
+// of them, and for no name of maxSkippedName bytes or less. A key's skips
+// so hold at most maxSkippedModels names of at most maxSkippedName bytes.
+const maxSkippedName = 256
+
+// skipKey names one per-model skip: a model name of at most maxSkippedName
+// bytes, or (long) every longer name.
+type skipKey struct {
+	name string
+	long bool
+}
+
+// skipKeyOf is the skip model is held under: model itself, or the long
+// names' skip.
+func skipKeyOf(model string) skipKey {
+	if len(model) > maxSkippedName {
+		return skipKey{long: true}
+	}
+	return skipKey{name: model}
+}
+
 // skips is when the provider said a key has room again: for every model,
 // and per model (the request's top-level "model"). Times are Unix
 // nanoseconds on the Transport's clock; 0 is none.
@@ -19,7 +44,7 @@ type skips struct {
 	all     atomic.Int64
 	nModels atomic.Int32 // len(models), read without the lock
 	mu      sync.Mutex
-	models  map[string]int64
+	models  map[skipKey]int64
 }
 
 // wait returns how long from now the key is skipped for the request's
@@ -29,9 +54,10 @@ func (s *skips) wait(now time.Time, model func() string) time.Duration {
 	until := s.all.Load()
 	if s.nModels.Load() > 0 {
 		if m := model(); m != "" {
+			k := skipKeyOf(m)
 			s.mu.Lock()
-			if u, ok := s.models[m]; ok && u <= n {
-				delete(s.models, m) // ended: forget it, so a key without skips parses no model
+			if u, ok := s.models[k]; ok && u <= n {
+				delete(s.models, k) // ended: forget it, so a key without skips parses no model
 				s.nModels.Store(int32(len(s.models)))
 			} else {
 				until = max(until, u)
@@ -57,31 +83,34 @@ func (s *skips) skip(now time.Time, d time.Duration, model string) {
 			}
 		}
 	}
+	k := skipKeyOf(model)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.models == nil {
-		s.models = make(map[string]int64)
+		s.models = make(map[skipKey]int64)
 	}
-	if old, ok := s.models[model]; ok {
-		s.models[model] = max(old, until)
+	if old, ok := s.models[k]; ok {
+		s.models[k] = max(old, until)
 		return
 	}
 	if len(s.models) >= maxSkippedModels {
 		s.prune(now.UnixNano())
 	}
-	s.models[model] = until
+	k.name = strings.Clone(k.name) // held: nothing of the request it came from
+	s.models[k] = until
 	s.nModels.Store(int32(len(s.models)))
 }
 
 // prune drops the skips that have ended and, if the map is still full, the
 // one that ends soonest.
 func (s *skips) prune(now int64) {
-	soonest, at := "", int64(0)
+	var soonest skipKey
+	at := int64(0)
 	for m, until := range s.models {
 		switch {
 		case until <= now:
 			delete(s.models, m)
-		case soonest == "" || until < at:
+		case at == 0 || until < at:
 			soonest, at = m, until
 		}
 	}
