@@ -64,8 +64,10 @@ type AttemptEvent struct {
 	// Wait is how long until the key may have room, for a skip or a
 	// provider 429 (0 when unknown or not applicable).
 	Wait time.Duration
-	// NeverFits: a skip because the estimate exceeds the key's whole
-	// tokens capacity (twice its TokensPerMinute).
+	// NeverFits: a skip because the request exceeds the whole capacity of
+	// one of the key's buckets, each held to its figure: its estimate
+	// above the key's TokensPerMinute or a window's Tokens, or its input
+	// estimate above a window's InputTokens.
 	NeverFits bool
 	// FailedOpen: the store failed (Err says why) and the key was used
 	// unchecked; no reservation was made, so none is reconciled.
