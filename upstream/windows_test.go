@@ -100,6 +100,27 @@ func TestNeverFitsNamesEveryMeterExceeded(t *testing.T) {
 	assert.Contains(t, body, "input tokens per 6h0m0s (its estimated 1001 input tokens exceed a capacity of 900)")
 }
 
+// A key the request can never fit is ignored in the Retry-After even while
+// the provider skips it: its figures say so without asking anyone.
+func TestNeverFitsKeyIgnoredWhileTheProviderSkipsIt(t *testing.T) {
+	t.Parallel()
+	a := bearerKey("a", "sk-a", 100, 1_000)
+	a.Limits.Windows = []llmrate.Window{{Per: time.Minute, InputTokens: 200}}
+	b := bearerKey("b", "sk-b", 100, 250)
+	r := newRig(t, []upstream.Key{a, b})
+	r.p.on("sk-a", tooMany("Retry-After", "30"))
+	resp, _ := r.post(t, `{"input":"`+strings.Repeat("x", 388)+`"}`) // 400 bytes: 100 tokens, no model
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, []string{"a:provider_429", "b:admitted"}, r.rec.outcomes())
+
+	resp, body := r.post(t, chat("m", 4*300)) // 300 tokens: above a's 200 input, b's 250 tokens
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, []string{"a:skipped_own_limit", "b:skipped_own_limit"}, r.rec.outcomes())
+	assert.Equal(t, "60", resp.Header.Get("Retry-After"), "not a's 30 s: it will never take the request")
+	assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+	assert.Contains(t, body, "input tokens per minute (its estimated 300 input tokens exceed a capacity of 200) or tokens per minute (its estimated 300 tokens exceed a capacity of 250)")
+}
+
 func TestKeyWindowsValidated(t *testing.T) {
 	k := bearerKey("x", "s", 10, 100)
 	k.Limits.Windows = []llmrate.Window{{Per: 24 * time.Hour}}
