@@ -35,6 +35,25 @@ func TestConcurrentRequestsPerKey(t *testing.T) {
 	assert.Equal(t, []string{"a:admitted"}, r.rec.outcomes(), "closed: the slot is free")
 }
 
+// When every key's slots are taken, the synthesized 429 says so: the
+// concurrent requests gauge, its figure, and a wait of 1 s.
+func TestConcurrentRequestsRefusalNamesTheGauge(t *testing.T) {
+	t.Parallel()
+	a := bearerKey("a", "sk-a", 100, 100_000)
+	a.Limits.ConcurrentRequests = 1
+	r := newRig(t, []upstream.Key{a})
+	r.p.on("sk-a", sse(openAIStream(10, 5, "x"), true)) // held open until closed
+	first, err := r.client().Post(r.p.srv.URL, "application/json", strings.NewReader(chat("m", 400)))
+	require.NoError(t, err)
+	defer first.Body.Close()
+
+	resp, body := r.post(t, chat("m", 400))
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	assert.Empty(t, resp.Header.Get("X-Should-Retry"))
+	assert.Contains(t, body, "Rate limit reached for concurrent requests (upstream key): limit 1 in flight at once")
+}
+
 // A slot is released on every path: a provider 429, a refund.
 func TestConcurrentSlotReleasedOnFailures(t *testing.T) {
 	t.Parallel()

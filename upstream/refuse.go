@@ -96,9 +96,9 @@ func (why refusal) message(secs int64) string {
 	case why.provider:
 		return fmt.Sprintf("Rate limit reached on every upstream key for this request: the provider's rate limit, on the key with room soonest. Please try again in %ds.", secs)
 	case why.b.Concurrent():
-		return fmt.Sprintf("Rate limit reached for concurrent requests (upstream key): limit %d in flight at once, and no other upstream key can take this request sooner. Please try again in %ds, once a response in flight has ended.", why.figure, secs)
+		return fmt.Sprintf("Rate limit reached for concurrent requests (upstream key): limit %d in flight at once; every upstream key is out of room for this request, and this one has room soonest. Please try again in %ds, once a response in flight has ended.", why.figure, secs)
 	}
-	return fmt.Sprintf("Rate limit reached for %s (upstream key): limit %d per %s, and no other upstream key can take this request sooner. Please try again in %ds.",
+	return fmt.Sprintf("Rate limit reached for %s (upstream key): limit %d per %s; every upstream key is out of room for this request, and this one has room soonest. Please try again in %ds.",
 		meterPhrase(why.b, why.per), why.figure, windowName(why.per), secs)
 }
 
