@@ -16,14 +16,24 @@ import (
 // within one process. A hit returns the period's instants in the location
 // of the call that computed it, which has the same name.
 type Cache struct {
-	mu    sync.Mutex                    // serialises adding a slot
-	slots atomic.Pointer[map[key]*slot] // copied on write: read without a lock
+	mu    sync.Mutex                       // serialises adding a zone
+	zones atomic.Pointer[map[string]*zone] // by zone name; copied on write: read without a lock
 }
 
-// key names one memoized period.
-type key struct {
-	kind Kind
-	zone string
+// zone holds a zone's slots, one per kind: Day, Week, Month at index
+// kind-1 (any other kind is Day's, as Period treats it). A map keyed by the
+// name alone takes the runtime's string fast path, which for a few keys
+// compares rather than hashes.
+type zone [3]slot
+
+// slotIndex returns k's index in a zone.
+func slotIndex(k Kind) int {
+	switch k {
+	case Week, Month:
+		return int(k) - 1
+	default:
+		return 0
+	}
 }
 
 // slot holds the latest period computed for its key. It is replaced whole,
@@ -45,18 +55,18 @@ func (c *Cache) Period(k Kind, loc *time.Location, t time.Time) (start, end time
 	if loc == nil {
 		loc = time.UTC
 	}
-	kk := key{kind: k, zone: loc.String()}
+	name := loc.String()
 	u := t.Unix() // every bound is a whole second: s <= t iff s <= u, e > t iff e > u
-	var sl *slot
-	if m := c.slots.Load(); m != nil {
-		sl = (*m)[kk]
+	var z *zone
+	if m := c.zones.Load(); m != nil {
+		z = (*m)[name]
 	}
-	if sl != nil {
-		if sp := sl.p.Load(); sp.s <= u && u < sp.e {
-			return sp.start, sp.end
-		}
-	} else {
-		sl = c.add(kk)
+	if z == nil {
+		z = c.add(name)
+	}
+	sl := &z[slotIndex(k)]
+	if sp := sl.p.Load(); sp.s <= u && u < sp.e {
+		return sp.start, sp.end
 	}
 	s, e := period(k, loc, u)
 	sp := &span{s: s, e: e, start: time.Unix(s, 0).In(loc), end: time.Unix(e, 0).In(loc)}
@@ -64,33 +74,35 @@ func (c *Cache) Period(k Kind, loc *time.Location, t time.Time) (start, end time
 	return sp.start, sp.end
 }
 
-// add returns the slot for kk, adding it to a copy of the map if no other
-// caller has. A new slot holds a placeholder period that no instant lies
-// inside ([0, 0)), so a reader never finds one without a period.
-func (c *Cache) add(kk key) *slot {
+// add returns the zone named name, adding it to a copy of the map if no
+// other caller has. Its slots hold a placeholder period that no instant
+// lies inside ([0, 0)), so a reader never finds one without a period.
+func (c *Cache) add(name string) *zone {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old := c.slots.Load()
+	old := c.zones.Load()
 	if old != nil {
-		if sl := (*old)[kk]; sl != nil {
-			return sl
+		if z := (*old)[name]; z != nil {
+			return z
 		}
 	}
-	m := make(map[key]*slot, 1+lenOf(old))
+	m := make(map[string]*zone, 1+lenOf(old))
 	if old != nil {
 		for k, v := range *old {
 			m[k] = v
 		}
 	}
-	sl := &slot{}
-	sl.p.Store(&span{})
-	m[kk] = sl
-	c.slots.Store(&m)
-	return sl
+	z := &zone{}
+	for i := range z {
+		z[i].p.Store(&span{})
+	}
+	m[name] = z
+	c.zones.Store(&m)
+	return z
 }
 
-// lenOf returns the number of slots in m, 0 for none.
-func lenOf(m *map[key]*slot) int {
+// lenOf returns the number of zones in m, 0 for none.
+func lenOf(m *map[string]*zone) int {
 	if m == nil {
 		return 0
 	}

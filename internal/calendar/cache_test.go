@@ -71,7 +71,7 @@ func TestCacheKeysByKindAndZoneName(t *testing.T) {
 	gs, ge := c.Period(Day, again, at)
 	ws, we := Period(Day, berlin, at)
 	assert.True(t, samePeriod(ws, we, gs, ge), "Cache.Period(Day, another Europe/Berlin) = [%v, %v)", gs, ge)
-	assert.Len(t, *c.slots.Load(), 6, "slots: day, week, month in Berlin; day, month in Tokyo; day in UTC (nil is UTC)")
+	assert.Len(t, *c.zones.Load(), 3, "zones: Berlin, Tokyo, UTC (nil is UTC)")
 }
 
 // TestCacheConcurrent: goroutines on several keys cross a period boundary
