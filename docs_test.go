@@ -35,8 +35,9 @@ func TestDocsCiteExistingFiles(t *testing.T) {
 }
 
 // TestDocsRelativeLinksResolve: every relative Markdown link in README.md,
-// BENCHMARKS.md, RELIABILITY.md and docs/*.md points at a file or folder
-// of the repository (a moved guide must not leave a dead link behind).
+// BENCHMARKS.md, RELIABILITY.md, docs/*.md and bench/*.md (the rounds'
+// history) points at a file or folder of the repository (a moved guide
+// must not leave a dead link behind).
 // Absolute URLs and in-page anchors are not checked.
 func TestDocsRelativeLinksResolve(t *testing.T) {
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
@@ -46,6 +47,11 @@ func TestDocsRelativeLinksResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	docs = append(docs, guides...)
+	history, err := filepath.Glob("bench/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, history...)
 	checked := 0
 	for _, doc := range docs {
 		b, err := os.ReadFile(doc)
