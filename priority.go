@@ -11,8 +11,8 @@ import (
 // WithPriority keeps a share of every bucket and gauge from each class
 // named in reserves, for everyone else: reserves {"batch": 0.5} keeps half
 // of every bucket from batch, so that when a workspace runs short the
-// batch job is refused (or made to wait) first and the other classes (say "interactive", the
-// person waiting on an answer, which needs no entry of its own) still
+// batch job is refused first and the other classes (say "interactive",
+// the person waiting on an answer, which needs no entry of its own) still
 // find the kept half. The map names the classes held back, never the
 // favoured one: every class not in it, and a request with no class, may
 // spend every bucket to the bottom.
