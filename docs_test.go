@@ -1,11 +1,13 @@
 package llmrate_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // TestDocsCiteExistingFiles: every file of bench/ that README.md,
@@ -42,8 +44,9 @@ func TestDocsCiteExistingFiles(t *testing.T) {
 // TestDocsRelativeLinksResolve: every relative Markdown link in README.md,
 // BENCHMARKS.md, RELIABILITY.md, docs/*.md and bench/*.md (the rounds'
 // history) points at a file or folder of the repository (a moved guide
-// must not leave a dead link behind).
-// Absolute URLs and in-page anchors are not checked.
+// must not leave a dead link behind), and every anchor of such a link, or
+// of an in-page link, names a heading of its page (a renamed section must
+// not either). Absolute URLs are not checked.
 func TestDocsRelativeLinksResolve(t *testing.T) {
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	docs := []string{"README.md", "BENCHMARKS.md", "RELIABILITY.md"}
@@ -65,13 +68,20 @@ func TestDocsRelativeLinksResolve(t *testing.T) {
 		}
 		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
 			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			target, _, _ = strings.Cut(target, "#")
-			p := filepath.Join(filepath.Dir(doc), filepath.FromSlash(target))
-			if _, err := os.Stat(p); err != nil {
-				t.Errorf("%s links to %s, which is not in the repository: %v", doc, m[1], err)
+			target, anchor, _ := strings.Cut(target, "#")
+			p := doc
+			if target != "" {
+				p = filepath.Join(filepath.Dir(doc), filepath.FromSlash(target))
+				if _, err := os.Stat(p); err != nil {
+					t.Errorf("%s links to %s, which is not in the repository: %v", doc, m[1], err)
+					continue
+				}
+			}
+			if anchor != "" && strings.HasSuffix(p, ".md") && !headingAnchors(t, p)[anchor] {
+				t.Errorf("%s links to %s: %s has no heading with that anchor", doc, m[1], p)
 			}
 			checked++
 		}
@@ -103,4 +113,48 @@ func TestDocsReadmeCodeIsTested(t *testing.T) {
 			t.Errorf("README.md's Go block is not in examples/quickstart/main.go:\n%s", b[1])
 		}
 	}
+}
+
+// headingAnchors returns the anchors GitHub gives the headings of the
+// Markdown file at path: the heading's text lower-cased, spaces as
+// hyphens, every character but letters, digits, hyphens and underscores
+// dropped, a repeated one suffixed -1, -2, …; headings inside code fences
+// are not headings.
+func headingAnchors(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	fenced := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			continue
+		}
+		text, ok := strings.CutPrefix(line, "#")
+		if fenced || !ok {
+			continue
+		}
+		text = strings.TrimSpace(strings.TrimLeft(text, "#"))
+		var a strings.Builder
+		for _, r := range strings.ToLower(text) {
+			switch {
+			case r == ' ':
+				a.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				a.WriteRune(r)
+			}
+		}
+		id := a.String()
+		if n := seen[id]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", id, n)] = true
+		} else {
+			anchors[id] = true
+		}
+		seen[id]++
+	}
+	return anchors
 }
