@@ -1,5 +1,8 @@
 module github.com/llmrate/llmrate/otelrate
 
+// go 1.25.0, as the root module: OpenTelemetry v1.46.0 is the newest
+// release that needs no more (v1.47.0 declares 1.26.0); an application
+// may take any newer.
 go 1.25.0
 
 require (

@@ -1,5 +1,7 @@
 module github.com/llmrate/llmrate/examples/clients
 
+// go 1.26.0: openai-go v3.98.0 and the golang.org/x modules it brings
+// need it; the root module needs 1.25.0.
 go 1.26.0
 
 replace github.com/llmrate/llmrate => ../..

@@ -1,5 +1,8 @@
 module github.com/llmrate/llmrate/examples/otel
 
+// go 1.26.0: the OpenTelemetry Prometheus exporter (v0.69.0) and
+// prometheus/client_golang (v1.25.0) this example uses need it; package
+// otelrate itself needs 1.25.0, as the root module.
 go 1.26.0
 
 require (
