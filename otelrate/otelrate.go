@@ -13,7 +13,7 @@
 //	llmrate.decisions        counter, {decision}: every admission decision
 //	    llmrate.result   allowed | waited | refused | shadow_refused
 //	    llmrate.bucket   the refusing bucket or gauge (Bucket.String), on refusals only
-//	    llmrate.window   the refusing bucket's window in seconds (60 for the per-minute buckets), on refusals by a bucket only
+//	    llmrate.window_ms  the refusing bucket's window in whole milliseconds (60000 for the per-minute buckets), on refusals by a bucket only
 //	    llmrate.tier     the workspace's tier (Tier.String)
 //	    llmrate.model    the ModelLimits entry as configured (e.g. "gpt-4o*"), "" for the default buckets
 //	llmrate.wait.duration    histogram, s: the wait of each admission that waits (WithMaxWait)
@@ -61,7 +61,7 @@ const scopeName = "github.com/llmrate/llmrate/otelrate"
 const (
 	attrResult    = attribute.Key("llmrate.result")
 	attrBucket    = attribute.Key("llmrate.bucket")
-	attrWindow    = attribute.Key("llmrate.window")
+	attrWindow    = attribute.Key("llmrate.window_ms")
 	attrTier      = attribute.Key("llmrate.tier")
 	attrModel     = attribute.Key("llmrate.model")
 	attrOperation = attribute.Key("llmrate.operation")
@@ -175,7 +175,7 @@ func New(opts ...Option) (*Observer, error) {
 type decisionKey struct {
 	result string
 	bucket string // "" when admitted: no llmrate.bucket
-	window int64  // the refusing bucket's window, seconds; 0: no llmrate.window
+	window int64  // the refusing bucket's window, milliseconds; 0: no llmrate.window_ms
 	tier   llmrate.Tier
 	model  string
 }
@@ -195,9 +195,10 @@ func keyOf(e llmrate.DecisionEvent) decisionKey {
 	}
 	if !e.Allowed {
 		k.bucket = e.Refused.String()
-		// llmrate.window: the refusing bucket's window in seconds (0 for
-		// a gauge: no attribute).
-		k.window = int64(e.Window.Seconds())
+		// llmrate.window_ms: the refusing bucket's window in milliseconds
+		// (0 for a gauge: no attribute). A window is whole milliseconds,
+		// so this is exact: a 1 s and a 1.5 s window are told apart.
+		k.window = e.Window.Milliseconds()
 	}
 	return k
 }

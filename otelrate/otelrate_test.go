@@ -134,14 +134,14 @@ func TestInstrumentsFromEvents(t *testing.T) {
 	assert.Equal(t, "github.com/llmrate/llmrate/otelrate", rm.ScopeMetrics[0].Scope.Name)
 
 	assert.Equal(t, map[string]int64{
-		"llmrate.model=,llmrate.result=allowed,llmrate.tier=free":                                                      4,
-		"llmrate.model=gpt-4o*,llmrate.result=allowed,llmrate.tier=team":                                               1,
-		"llmrate.model=,llmrate.result=waited,llmrate.tier=free":                                                       2,
-		"llmrate.model=gpt-4o*,llmrate.result=waited,llmrate.tier=team":                                                1,
-		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window=60":          2,
-		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window=86400":       1,
-		"llmrate.bucket=workspace_concurrent,llmrate.model=gpt-4o*,llmrate.result=refused,llmrate.tier=team":           1,
-		"llmrate.bucket=key_requests,llmrate.model=,llmrate.result=shadow_refused,llmrate.tier=free,llmrate.window=60": 1,
+		"llmrate.model=,llmrate.result=allowed,llmrate.tier=free":                                                            4,
+		"llmrate.model=gpt-4o*,llmrate.result=allowed,llmrate.tier=team":                                                     1,
+		"llmrate.model=,llmrate.result=waited,llmrate.tier=free":                                                             2,
+		"llmrate.model=gpt-4o*,llmrate.result=waited,llmrate.tier=team":                                                      1,
+		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=60000":          2,
+		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=86400000":       1,
+		"llmrate.bucket=workspace_concurrent,llmrate.model=gpt-4o*,llmrate.result=refused,llmrate.tier=team":                 1,
+		"llmrate.bucket=key_requests,llmrate.model=,llmrate.result=shadow_refused,llmrate.tier=free,llmrate.window_ms=60000": 1,
 	}, counts(t, rm, "llmrate.decisions"))
 	assert.Equal(t, map[string]hist{
 		"llmrate.model=,llmrate.tier=free":        {Count: 2, Sum: 1.75},
@@ -161,6 +161,23 @@ func TestInstrumentsFromEvents(t *testing.T) {
 	assert.Equal(t, map[string]hist{"": {Count: 3, Sum: 0.75 + 2.5 + 2}}, hists(t, rm, "llmrate.estimate.ratio"))
 	assert.Equal(t, map[string]int64{"llmrate.operation=admit": 2, "llmrate.operation=reconcile": 1}, counts(t, rm, "llmrate.fail_opens"))
 	assert.Equal(t, map[string]int64{"": 2}, counts(t, rm, "llmrate.evictions"))
+}
+
+// TestWindowExact: llmrate.window_ms is the refusing window in whole
+// milliseconds, so windows that differ by less than a second are told
+// apart (a window is whole milliseconds).
+func TestWindowExact(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	for _, w := range []time.Duration{time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond, 2*time.Hour + time.Millisecond} {
+		obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyRequests, Window: w, Tier: llmrate.Free})
+	}
+	const prefix = "llmrate.bucket=key_requests,llmrate.model=,llmrate.result=refused,llmrate.tier=free,"
+	assert.Equal(t, map[string]int64{
+		prefix + "llmrate.window_ms=1000":    1,
+		prefix + "llmrate.window_ms=1500":    2,
+		prefix + "llmrate.window_ms=7200001": 1,
+	}, counts(t, collect(t, reader), "llmrate.decisions"))
 }
 
 // TestInstrumentUnits: the units the instruments declare.
@@ -274,10 +291,10 @@ func TestThroughALimiter(t *testing.T) {
 	// The workspace is its own: the workspace's requests bucket (4) is
 	// spent by the first key; the model entry's buckets are the entry's own.
 	assert.Equal(t, map[string]int64{
-		"llmrate.model=,llmrate.result=allowed,llmrate.tier=free":                                                      4,
-		"llmrate.bucket=key_requests,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window=60":        1,
-		"llmrate.model=gpt-4o*,llmrate.result=allowed,llmrate.tier=free":                                               2,
-		"llmrate.bucket=key_requests,llmrate.model=gpt-4o*,llmrate.result=refused,llmrate.tier=free,llmrate.window=60": 1,
+		"llmrate.model=,llmrate.result=allowed,llmrate.tier=free":                                                            4,
+		"llmrate.bucket=key_requests,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=60000":        1,
+		"llmrate.model=gpt-4o*,llmrate.result=allowed,llmrate.tier=free":                                                     2,
+		"llmrate.bucket=key_requests,llmrate.model=gpt-4o*,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=60000": 1,
 	}, counts(t, rm, "llmrate.decisions"))
 	// 6 admitted, each a 40-byte body (estimate 10) charged 10 + 20.
 	assert.Equal(t, map[string]int64{"llmrate.reconcile.kind=usage": 6}, counts(t, rm, "llmrate.reconciles"))
