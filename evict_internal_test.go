@@ -35,3 +35,23 @@ func TestLimiterUnsubscribesWhenCollected(t *testing.T) {
 	require.NoError(t, keep.Close(context.Background()))
 	assert.Zero(t, s.evict.len(), "Close unsubscribes")
 }
+
+// TestIncomparableSubscriptionsEnd: 1,000 limiters over one store, each
+// with an observer whose type is not comparable, leave no subscriber once
+// closed.
+func TestIncomparableSubscriptionsEnd(t *testing.T) {
+	s := NewMemoryStore()
+	for range 1000 {
+		l, err := New(WithStore(s), WithObserver(funcObserver(func() {})))
+		require.NoError(t, err)
+		require.NoError(t, l.Close(context.Background()))
+	}
+	assert.Zero(t, s.evict.len())
+}
+
+type funcObserver func()
+
+func (funcObserver) Decided(DecisionEvent)     {}
+func (funcObserver) Reconciled(ReconcileEvent) {}
+func (funcObserver) FailedOpen(FailOpenEvent)  {}
+func (f funcObserver) Evicted()                { f() }

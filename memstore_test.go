@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +121,119 @@ func TestNewOnAStoreInUse(t *testing.T) {
 	defer late.mu.Unlock()
 	assert.Positive(t, s.Evictions()-before)
 	assert.Equal(t, int(s.Evictions()-before), late.evictions-lateBefore)
+}
+
+// evictFunc is an Observer of a func type: not comparable.
+type evictFunc func()
+
+func (evictFunc) Decided(llmrate.DecisionEvent)     {}
+func (evictFunc) Reconciled(llmrate.ReconcileEvent) {}
+func (evictFunc) FailedOpen(llmrate.FailOpenEvent)  {}
+func (f evictFunc) Evicted()                        { f() }
+
+// evictTally is an Observer of a struct holding a map: not comparable.
+type evictTally struct {
+	n   *atomic.Int64
+	tag map[string]string
+}
+
+func (evictTally) Decided(llmrate.DecisionEvent)     {}
+func (evictTally) Reconciled(llmrate.ReconcileEvent) {}
+func (evictTally) FailedOpen(llmrate.FailOpenEvent)  {}
+func (o evictTally) Evicted()                        { o.n.Add(1) }
+
+// evictKeys makes n lossy evictions' worth of new keys in s (a store of
+// WithMaxKeys(128): one entry per shard), through a limiter of its own
+// with no observer, and returns the store's lossy evictions meanwhile.
+func evictKeys(t *testing.T, s *llmrate.MemoryStore, n int, tag string) int64 {
+	t.Helper()
+	l, err := llmrate.New(llmrate.WithStore(s))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
+	before := s.Evictions()
+	h := l.Middleware(okHandler)
+	for k := range n {
+		h.ServeHTTP(httptest.NewRecorder(), postWithKey(fmt.Sprintf("sk-%s-%d", tag, k)))
+	}
+	return s.Evictions() - before
+}
+
+// TestIncomparableObserversUnsubscribed: an observer whose type is not
+// comparable (a func type, a struct holding a map) is unsubscribed from
+// the store's evictions by its limiter's Close, and by stop: the store
+// does not call it again, while a subscribed one hears every eviction.
+func TestIncomparableObserversUnsubscribed(t *testing.T) {
+	t.Parallel()
+	s := llmrate.NewMemoryStore(llmrate.WithMaxKeys(128))
+	var fn, tally, direct, kept atomic.Int64
+	l1, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(evictFunc(func() { fn.Add(1) })))
+	require.NoError(t, err)
+	l2, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(evictTally{n: &tally, tag: map[string]string{}}))
+	require.NoError(t, err)
+	stop := s.NotifyEvictions(evictFunc(func() { direct.Add(1) }))
+	defer s.NotifyEvictions(evictTally{n: &kept, tag: map[string]string{}})()
+
+	first := evictKeys(t, s, 400, "a")
+	require.Positive(t, first)
+	for name, n := range map[string]*atomic.Int64{"func": &fn, "map": &tally, "NotifyEvictions": &direct, "kept": &kept} {
+		assert.Equal(t, first, n.Load(), "%s observer, subscribed", name)
+	}
+
+	require.NoError(t, l1.Close(context.Background()))
+	require.NoError(t, l2.Close(context.Background()))
+	stop()
+	stop() // idempotent
+	second := evictKeys(t, s, 400, "b")
+	require.Positive(t, second)
+	for name, n := range map[string]*atomic.Int64{"func": &fn, "map": &tally, "NotifyEvictions": &direct} {
+		assert.Equal(t, first, n.Load(), "%s observer: no Evicted call after Close or stop", name)
+	}
+	assert.Equal(t, first+second, kept.Load(), "the observer still subscribed hears every eviction")
+}
+
+// TestClosedLimitersLeaveNoSubscribers: 1,000 limiters created and closed
+// over one store, each with an observer of its own whose type is not
+// comparable, leave no subscriber: the evictions after make no call.
+func TestClosedLimitersLeaveNoSubscribers(t *testing.T) {
+	t.Parallel()
+	s := llmrate.NewMemoryStore(llmrate.WithMaxKeys(128))
+	var calls atomic.Int64
+	for i := range 1000 {
+		var o llmrate.Observer = evictTally{n: &calls, tag: map[string]string{}}
+		if i%2 == 0 {
+			o = evictFunc(func() { calls.Add(1) })
+		}
+		l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(o))
+		require.NoError(t, err)
+		require.NoError(t, l.Close(context.Background()))
+	}
+	require.Positive(t, evictKeys(t, s, 400, "c"))
+	assert.Zero(t, calls.Load(), "no closed limiter's observer is called")
+}
+
+// TestSubscribingCostsTheSameAtAnyCount: subscribing to a store's
+// evictions (each New on a shared store does) costs the same with 10,000
+// observers subscribed as with none: nothing is copied per subscriber.
+// Measured in bytes allocated, not time.
+func TestSubscribingCostsTheSameAtAnyCount(t *testing.T) {
+	s := llmrate.NewMemoryStore()
+	perSubscribe := func() uint64 {
+		const n = 200
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range n {
+			s.NotifyEvictions(&countingObserver{})
+		}
+		runtime.ReadMemStats(&after)
+		return (after.TotalAlloc - before.TotalAlloc) / n
+	}
+	few := perSubscribe()
+	for range 10_000 {
+		s.NotifyEvictions(&countingObserver{})
+	}
+	many := perSubscribe()
+	t.Logf("bytes per subscription: %d with 200 subscribed, %d with 10,200", few, many)
+	assert.Less(t, many, few+1024, "a subscription's cost does not grow with the subscribers (%d bytes at 200, %d at 10,200)", few, many)
 }
 
 // TestInvalidMemoryOptions: NewMemoryStore cannot return an error, so an
