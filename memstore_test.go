@@ -236,6 +236,30 @@ func TestSubscribingCostsTheSameAtAnyCount(t *testing.T) {
 	assert.Less(t, many, few+1024, "a subscription's cost does not grow with the subscribers (%d bytes at 200, %d at 10,200)", few, many)
 }
 
+// TestNewOnASharedStoreCostsLittle: a limiter per tenant or per reload
+// over one store costs little to make with the default logger (which
+// writes nothing): no per-limiter log sampler, no copy of the store's
+// subscribers. Measured in bytes allocated, not time.
+func TestNewOnASharedStoreCostsLittle(t *testing.T) {
+	s := llmrate.NewMemoryStore()
+	const n = 200
+	ls := make([]*llmrate.Limiter, 0, n)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithObserver(&countingObserver{}))
+		require.NoError(t, err)
+		ls = append(ls, l)
+	}
+	runtime.ReadMemStats(&after)
+	per := (after.TotalAlloc - before.TotalAlloc) / n
+	t.Logf("%d bytes allocated per New", per)
+	assert.Less(t, per, uint64(32<<10), "bytes allocated per New")
+	for _, l := range ls {
+		require.NoError(t, l.Close(context.Background()))
+	}
+}
+
 // TestInvalidMemoryOptions: NewMemoryStore cannot return an error, so an
 // invalid option is kept and reported by Err, and New refuses the store
 // with a *ConfigError naming the option.

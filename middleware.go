@@ -62,9 +62,15 @@ func New(opts ...Option) (*Limiter, error) {
 	}
 	l.primeBody = sameFunc(c.model, modelFromBody) && sameFunc(c.estimator, EstimateFromBody())
 	l.bodyEst = sameFunc(c.estimator, EstimateFromBody())
-	l.debug = c.logger.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
-		return zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
-	}))
+	l.debug = c.logger
+	if c.logger.Core() != zapcore.NewNopCore() {
+		// A sampler holds ~230 KB of counters: none for a logger that
+		// never writes (the default), which a limiter per tenant or per
+		// reload would otherwise pay at every New.
+		l.debug = c.logger.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
+			return zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
+		}))
+	}
 	if m, ok := c.store.(*MemoryStore); ok {
 		l.mem = m
 	}
