@@ -15,15 +15,19 @@
 //	    llmrate.bucket   the refusing bucket or gauge (Bucket.String), on refusals only
 //	    llmrate.window_ms  the refusing bucket's window in whole milliseconds (60000 for the per-minute buckets), on refusals by a bucket only
 //	    llmrate.tier     the workspace's tier (Tier.String)
+//	    llmrate.plan     the request's plan (DecisionEvent.Plan: the tier's name until WithPlans)
 //	    llmrate.model    the ModelLimits entry as configured (e.g. "gpt-4o*"), "" for the default buckets
 //	llmrate.wait.duration    histogram, s: the wait of each admission that waits (WithMaxWait)
-//	    llmrate.tier, llmrate.model
+//	    llmrate.tier, llmrate.plan, llmrate.model
 //	llmrate.fail_opens       counter, {request}: faults that let a request through
 //	    llmrate.operation  FailOpenEvent.Op ("admit", "reconcile", "limits", "observer")
+//	    llmrate.plan       FailOpenEvent.Plan ("" when the plan was not known or invalid)
 //	llmrate.reconciles       counter, {reconcile}: every reconcile
 //	    llmrate.reconcile.kind  usage | partial | estimated
+//	    llmrate.plan            ReconcileEvent.Plan
 //	llmrate.tokens           counter, {token}: the tokens each reconcile charged
 //	    gen_ai.token.type  input | output, where the usage splits the charge
+//	    llmrate.plan       ReconcileEvent.Plan
 //	llmrate.estimate.ratio   histogram, 1: charge ÷ estimate, of each response with final usage
 //	llmrate.evictions        counter, {eviction}: buckets the store dropped before they were full
 //
@@ -37,15 +41,21 @@
 // usage (ReconcileUsage), whose charge is the provider's own count: how
 // far admission was from the truth.
 //
-// Cardinality is bounded by configuration: no attribute carries an API
-// key, a workspace or a model name a client sent (llmrate.model is the
-// configured entry a request's model matched).
+// Cardinality is bounded: no attribute carries an API key, a workspace
+// or a model name a client sent (llmrate.model is the configured entry a
+// request's model matched). Plan names and model entry names come from
+// configuration, but a plan resolver may answer per workspace, each
+// answer with names of its own: an Observer records at most 256 distinct
+// plan names and 256 distinct model entry names ("" counted among them),
+// the first it sees, and records any other as "_other".
 package otelrate
 
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/llmrate/llmrate"
 	"go.opentelemetry.io/otel"
@@ -63,6 +73,7 @@ const (
 	attrBucket    = attribute.Key("llmrate.bucket")
 	attrWindow    = attribute.Key("llmrate.window_ms")
 	attrTier      = attribute.Key("llmrate.tier")
+	attrPlan      = attribute.Key("llmrate.plan")
 	attrModel     = attribute.Key("llmrate.model")
 	attrOperation = attribute.Key("llmrate.operation")
 	attrKind      = attribute.Key("llmrate.reconcile.kind")
@@ -105,14 +116,57 @@ type Observer struct {
 	evictions  metric.Int64Counter
 
 	// Attribute sets, made once per distinct value: every one is bounded
-	// by configuration (results, buckets, tiers, configured model
-	// entries, operations).
-	decisionSets sync.Map              // decisionKey → []metric.AddOption
-	waitSets     sync.Map              // waitKey → []metric.RecordOption
-	opSets       sync.Map              // string → []metric.AddOption
-	kindSets     [3][]metric.AddOption // one option each: passed as is, no slice made per call
-	input        []metric.AddOption
-	output       []metric.AddOption
+	// by configuration (results, buckets, tiers, operations) or by plans
+	// and models (at most maxNames names each).
+	decisionSets sync.Map // decisionKey → []metric.AddOption
+	waitSets     sync.Map // waitKey → []metric.RecordOption
+	opSets       sync.Map // opKey → []metric.AddOption
+	kindSets     sync.Map // kindKey → []metric.AddOption
+	tokenSets    sync.Map // tokenKey → []metric.AddOption
+	plans        names
+	models       names
+}
+
+// maxNames is how many distinct plan names, and how many distinct model
+// entry names, an Observer records; past it, a new name is recorded as
+// otherName.
+const maxNames = 256
+
+// otherName stands for the names past maxNames.
+const otherName = "_other"
+
+// names bounds the distinct values of an attribute: the first maxNames
+// seen are kept, any other is otherName. A name seen before costs one
+// lookup and no lock.
+type names struct {
+	seen sync.Map // string → struct{}
+	full atomic.Bool
+	mu   sync.Mutex
+	n    int // under mu
+}
+
+// bound returns s if it is one of the names kept (kept now, when there is
+// room), else otherName.
+func (c *names) bound(s string) string {
+	if _, ok := c.seen.Load(s); ok {
+		return s
+	}
+	if c.full.Load() {
+		return otherName
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.seen.Load(s); ok {
+		return s
+	}
+	if c.n >= maxNames {
+		c.full.Store(true)
+		return otherName
+	}
+	c.n++
+	s = strings.Clone(s) // kept: not a piece of a caller's larger string
+	c.seen.Store(s, struct{}{})
+	return s
 }
 
 var _ llmrate.Observer = (*Observer)(nil)
@@ -163,11 +217,6 @@ func New(opts ...Option) (*Observer, error) {
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
-	for _, k := range []llmrate.ReconcileKind{llmrate.ReconcileUsage, llmrate.ReconcilePartial, llmrate.ReconcileEstimated} {
-		o.kindSets[k] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrKind.String(k.String())))}
-	}
-	o.input = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrTokenType.String("input")))}
-	o.output = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrTokenType.String("output")))}
 	return o, nil
 }
 
@@ -177,12 +226,13 @@ type decisionKey struct {
 	bucket string // "" when admitted: no llmrate.bucket
 	window int64  // the refusing bucket's window, milliseconds; 0: no llmrate.window_ms
 	tier   llmrate.Tier
-	model  string
+	plan   string // bounded (names)
+	model  string // bounded (names)
 }
 
 // keyOf reads a decision's attributes from its event.
-func keyOf(e llmrate.DecisionEvent) decisionKey {
-	k := decisionKey{tier: e.Tier, model: e.Model}
+func (o *Observer) keyOf(e llmrate.DecisionEvent) decisionKey {
+	k := decisionKey{tier: e.Tier, plan: o.plans.bound(e.Plan), model: o.models.bound(e.Model)}
 	switch {
 	case e.Allowed && e.Wait > 0:
 		k.result = "waited"
@@ -204,8 +254,8 @@ func keyOf(e llmrate.DecisionEvent) decisionKey {
 }
 
 func (k decisionKey) attributes() attribute.Set {
-	kvs := make([]attribute.KeyValue, 0, 5)
-	kvs = append(kvs, attrResult.String(k.result), attrTier.String(k.tier.String()), attrModel.String(k.model))
+	kvs := make([]attribute.KeyValue, 0, 6)
+	kvs = append(kvs, attrResult.String(k.result), attrTier.String(k.tier.String()), attrPlan.String(k.plan), attrModel.String(k.model))
 	if k.bucket != "" {
 		kvs = append(kvs, attrBucket.String(k.bucket))
 	}
@@ -218,7 +268,23 @@ func (k decisionKey) attributes() attribute.Set {
 // waitKey is what a wait's attributes are made of.
 type waitKey struct {
 	tier  llmrate.Tier
+	plan  string
 	model string
+}
+
+// opKey is what a fail-open's attributes are made of.
+type opKey struct{ op, plan string }
+
+// kindKey is what a reconcile's attributes are made of.
+type kindKey struct {
+	kind llmrate.ReconcileKind
+	plan string
+}
+
+// tokenKey is what a charge's attributes are made of.
+type tokenKey struct {
+	typ  string // "input", "output"; "": no gen_ai.token.type
+	plan string
 }
 
 // addOptions returns the options m holds for k, made from mk's set the
@@ -244,12 +310,12 @@ func recordOptions[K comparable](m *sync.Map, k K, mk func() attribute.Set) []me
 // Decided implements llmrate.Observer.
 func (o *Observer) Decided(e llmrate.DecisionEvent) {
 	ctx := context.Background()
-	k := keyOf(e)
+	k := o.keyOf(e)
 	o.decisions.Add(ctx, 1, addOptions(&o.decisionSets, k, k.attributes)...)
 	if e.Allowed && e.Wait > 0 {
-		wk := waitKey{tier: e.Tier, model: e.Model}
+		wk := waitKey{tier: e.Tier, plan: k.plan, model: k.model}
 		o.wait.Record(ctx, e.Wait.Seconds(), recordOptions(&o.waitSets, wk, func() attribute.Set {
-			return attribute.NewSet(attrTier.String(wk.tier.String()), attrModel.String(wk.model))
+			return attribute.NewSet(attrTier.String(wk.tier.String()), attrPlan.String(wk.plan), attrModel.String(wk.model))
 		})...)
 	}
 }
@@ -258,26 +324,41 @@ func (o *Observer) Decided(e llmrate.DecisionEvent) {
 func (o *Observer) Reconciled(e llmrate.ReconcileEvent) {
 	ctx := context.Background()
 	kind := e.Kind
-	if int(kind) >= len(o.kindSets) {
+	if kind != llmrate.ReconcileUsage && kind != llmrate.ReconcilePartial {
 		kind = llmrate.ReconcileEstimated // as ReconcileKind.String names it
 	}
-	o.reconciles.Add(ctx, 1, o.kindSets[kind]...)
+	plan := o.plans.bound(e.Plan)
+	kk := kindKey{kind: kind, plan: plan}
+	o.reconciles.Add(ctx, 1, addOptions(&o.kindSets, kk, func() attribute.Set {
+		return attribute.NewSet(attrKind.String(kk.kind.String()), attrPlan.String(kk.plan))
+	})...)
 	in, out := e.Reported.InputTokens, e.Reported.OutputTokens
 	if kind != llmrate.ReconcileEstimated && in >= 0 && out >= 0 && in+out == e.Actual {
-		o.tokens.Add(ctx, in, o.input...)
-		o.tokens.Add(ctx, out, o.output...)
+		o.tokens.Add(ctx, in, o.tokenOptions(tokenKey{typ: "input", plan: plan})...)
+		o.tokens.Add(ctx, out, o.tokenOptions(tokenKey{typ: "output", plan: plan})...)
 	} else if e.Actual > 0 {
-		o.tokens.Add(ctx, e.Actual)
+		o.tokens.Add(ctx, e.Actual, o.tokenOptions(tokenKey{plan: plan})...)
 	}
 	if kind == llmrate.ReconcileUsage && e.Estimate > 0 {
 		o.ratio.Record(ctx, float64(e.Actual)/float64(e.Estimate))
 	}
 }
 
+// tokenOptions returns the options of a charge's attributes.
+func (o *Observer) tokenOptions(k tokenKey) []metric.AddOption {
+	return addOptions(&o.tokenSets, k, func() attribute.Set {
+		if k.typ == "" {
+			return attribute.NewSet(attrPlan.String(k.plan))
+		}
+		return attribute.NewSet(attrTokenType.String(k.typ), attrPlan.String(k.plan))
+	})
+}
+
 // FailedOpen implements llmrate.Observer.
 func (o *Observer) FailedOpen(e llmrate.FailOpenEvent) {
-	o.failOpens.Add(context.Background(), 1, addOptions(&o.opSets, e.Op, func() attribute.Set {
-		return attribute.NewSet(attrOperation.String(e.Op))
+	k := opKey{op: e.Op, plan: o.plans.bound(e.Plan)}
+	o.failOpens.Add(context.Background(), 1, addOptions(&o.opSets, k, func() attribute.Set {
+		return attribute.NewSet(attrOperation.String(k.op), attrPlan.String(k.plan))
 	})...)
 }
 

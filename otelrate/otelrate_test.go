@@ -134,32 +134,32 @@ func TestInstrumentsFromEvents(t *testing.T) {
 	assert.Equal(t, "github.com/llmrate/llmrate/otelrate", rm.ScopeMetrics[0].Scope.Name)
 
 	assert.Equal(t, map[string]int64{
-		"llmrate.model=,llmrate.result=allowed,llmrate.tier=free":                                                            4,
-		"llmrate.model=gpt-4o*,llmrate.result=allowed,llmrate.tier=team":                                                     1,
-		"llmrate.model=,llmrate.result=waited,llmrate.tier=free":                                                             2,
-		"llmrate.model=gpt-4o*,llmrate.result=waited,llmrate.tier=team":                                                      1,
-		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=60000":          2,
-		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=86400000":       1,
-		"llmrate.bucket=workspace_concurrent,llmrate.model=gpt-4o*,llmrate.result=refused,llmrate.tier=team":                 1,
-		"llmrate.bucket=key_requests,llmrate.model=,llmrate.result=shadow_refused,llmrate.tier=free,llmrate.window_ms=60000": 1,
+		"llmrate.model=,llmrate.plan=,llmrate.result=allowed,llmrate.tier=free":                                                            4,
+		"llmrate.model=gpt-4o*,llmrate.plan=,llmrate.result=allowed,llmrate.tier=team":                                                     1,
+		"llmrate.model=,llmrate.plan=,llmrate.result=waited,llmrate.tier=free":                                                             2,
+		"llmrate.model=gpt-4o*,llmrate.plan=,llmrate.result=waited,llmrate.tier=team":                                                      1,
+		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.plan=,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=60000":          2,
+		"llmrate.bucket=key_tokens,llmrate.model=,llmrate.plan=,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=86400000":       1,
+		"llmrate.bucket=workspace_concurrent,llmrate.model=gpt-4o*,llmrate.plan=,llmrate.result=refused,llmrate.tier=team":                 1,
+		"llmrate.bucket=key_requests,llmrate.model=,llmrate.plan=,llmrate.result=shadow_refused,llmrate.tier=free,llmrate.window_ms=60000": 1,
 	}, counts(t, rm, "llmrate.decisions"))
 	assert.Equal(t, map[string]hist{
-		"llmrate.model=,llmrate.tier=free":        {Count: 2, Sum: 1.75},
-		"llmrate.model=gpt-4o*,llmrate.tier=team": {Count: 1, Sum: 4},
+		"llmrate.model=,llmrate.plan=,llmrate.tier=free":        {Count: 2, Sum: 1.75},
+		"llmrate.model=gpt-4o*,llmrate.plan=,llmrate.tier=team": {Count: 1, Sum: 4},
 	}, hists(t, rm, "llmrate.wait.duration"))
 	assert.Equal(t, map[string]int64{
-		"llmrate.reconcile.kind=usage":     3,
-		"llmrate.reconcile.kind=partial":   2,
-		"llmrate.reconcile.kind=estimated": 1,
+		"llmrate.plan=,llmrate.reconcile.kind=usage":     3,
+		"llmrate.plan=,llmrate.reconcile.kind=partial":   2,
+		"llmrate.plan=,llmrate.reconcile.kind=estimated": 1,
 	}, counts(t, rm, "llmrate.reconciles"))
 	assert.Equal(t, map[string]int64{
-		"gen_ai.token.type=input":  10 + 5 + 7,
-		"gen_ai.token.type=output": 20 + 20 + 2,
-		"":                         100 + 19 + 12,
+		"gen_ai.token.type=input,llmrate.plan=":  10 + 5 + 7,
+		"gen_ai.token.type=output,llmrate.plan=": 20 + 20 + 2,
+		"llmrate.plan=":                          100 + 19 + 12,
 	}, counts(t, rm, "llmrate.tokens"))
 	// Final usage only: 30/40 + 25/10 + 100/50.
 	assert.Equal(t, map[string]hist{"": {Count: 3, Sum: 0.75 + 2.5 + 2}}, hists(t, rm, "llmrate.estimate.ratio"))
-	assert.Equal(t, map[string]int64{"llmrate.operation=admit": 2, "llmrate.operation=reconcile": 1}, counts(t, rm, "llmrate.fail_opens"))
+	assert.Equal(t, map[string]int64{"llmrate.operation=admit,llmrate.plan=": 2, "llmrate.operation=reconcile,llmrate.plan=": 1}, counts(t, rm, "llmrate.fail_opens"))
 	assert.Equal(t, map[string]int64{"": 2}, counts(t, rm, "llmrate.evictions"))
 }
 
@@ -172,12 +172,48 @@ func TestWindowExact(t *testing.T) {
 	for _, w := range []time.Duration{time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond, 2*time.Hour + time.Millisecond} {
 		obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyRequests, Window: w, Tier: llmrate.Free})
 	}
-	const prefix = "llmrate.bucket=key_requests,llmrate.model=,llmrate.result=refused,llmrate.tier=free,"
+	const prefix = "llmrate.bucket=key_requests,llmrate.model=,llmrate.plan=,llmrate.result=refused,llmrate.tier=free,"
 	assert.Equal(t, map[string]int64{
 		prefix + "llmrate.window_ms=1000":    1,
 		prefix + "llmrate.window_ms=1500":    2,
 		prefix + "llmrate.window_ms=7200001": 1,
 	}, counts(t, collect(t, reader), "llmrate.decisions"))
+}
+
+// TestPlanAndModelNamesCapped: a plan resolver may answer per workspace,
+// so an Observer records the first 256 distinct plan names, and the first
+// 256 distinct model entry names, as they are, and any other as "_other";
+// a name kept stays its own after the cap is reached, on every
+// instrument that carries it.
+func TestPlanAndModelNamesCapped(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	for i := range 300 {
+		obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Free, Plan: fmt.Sprintf("plan-%d", i), Model: fmt.Sprintf("model-%d", i)})
+	}
+	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Free, Plan: "plan-7", Model: "model-7"})
+	obs.Reconciled(llmrate.ReconcileEvent{Kind: llmrate.ReconcileEstimated, Plan: "plan-7", Estimate: 5, Actual: 5})
+	obs.Reconciled(llmrate.ReconcileEvent{Kind: llmrate.ReconcileEstimated, Plan: "plan-new", Estimate: 3, Actual: 3})
+	obs.FailedOpen(llmrate.FailOpenEvent{Op: "admit", Plan: "plan-255"})
+	obs.FailedOpen(llmrate.FailOpenEvent{Op: "admit", Plan: "plan-256"})
+
+	want := map[string]int64{}
+	for i := range 256 {
+		want[fmt.Sprintf("llmrate.model=model-%d,llmrate.plan=plan-%d,llmrate.result=allowed,llmrate.tier=free", i, i)] = 1
+	}
+	want["llmrate.model=model-7,llmrate.plan=plan-7,llmrate.result=allowed,llmrate.tier=free"] = 2
+	want["llmrate.model=_other,llmrate.plan=_other,llmrate.result=allowed,llmrate.tier=free"] = 300 - 256
+	rm := collect(t, reader)
+	assert.Equal(t, want, counts(t, rm, "llmrate.decisions"))
+	assert.Equal(t, map[string]int64{
+		"llmrate.plan=plan-7,llmrate.reconcile.kind=estimated": 1,
+		"llmrate.plan=_other,llmrate.reconcile.kind=estimated": 1,
+	}, counts(t, rm, "llmrate.reconciles"))
+	assert.Equal(t, map[string]int64{"llmrate.plan=plan-7": 5, "llmrate.plan=_other": 3}, counts(t, rm, "llmrate.tokens"))
+	assert.Equal(t, map[string]int64{
+		"llmrate.operation=admit,llmrate.plan=plan-255": 1,
+		"llmrate.operation=admit,llmrate.plan=_other":   1,
+	}, counts(t, rm, "llmrate.fail_opens"))
 }
 
 // TestInstrumentUnits: the units the instruments declare.
@@ -291,16 +327,16 @@ func TestThroughALimiter(t *testing.T) {
 	// The workspace is its own: the workspace's requests bucket (4) is
 	// spent by the first key; the model entry's buckets are the entry's own.
 	assert.Equal(t, map[string]int64{
-		"llmrate.model=,llmrate.result=allowed,llmrate.tier=free":                                                            4,
-		"llmrate.bucket=key_requests,llmrate.model=,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=60000":        1,
-		"llmrate.model=gpt-4o*,llmrate.result=allowed,llmrate.tier=free":                                                     2,
-		"llmrate.bucket=key_requests,llmrate.model=gpt-4o*,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=60000": 1,
+		"llmrate.model=,llmrate.plan=free,llmrate.result=allowed,llmrate.tier=free":                                                            4,
+		"llmrate.bucket=key_requests,llmrate.model=,llmrate.plan=free,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=60000":        1,
+		"llmrate.model=gpt-4o*,llmrate.plan=free,llmrate.result=allowed,llmrate.tier=free":                                                     2,
+		"llmrate.bucket=key_requests,llmrate.model=gpt-4o*,llmrate.plan=free,llmrate.result=refused,llmrate.tier=free,llmrate.window_ms=60000": 1,
 	}, counts(t, rm, "llmrate.decisions"))
 	// 6 admitted, each a 40-byte body (estimate 10) charged 10 + 20.
-	assert.Equal(t, map[string]int64{"llmrate.reconcile.kind=usage": 6}, counts(t, rm, "llmrate.reconciles"))
-	assert.Equal(t, map[string]int64{"gen_ai.token.type=input": 60, "gen_ai.token.type=output": 120}, counts(t, rm, "llmrate.tokens"))
+	assert.Equal(t, map[string]int64{"llmrate.plan=free,llmrate.reconcile.kind=usage": 6}, counts(t, rm, "llmrate.reconciles"))
+	assert.Equal(t, map[string]int64{"gen_ai.token.type=input,llmrate.plan=free": 60, "gen_ai.token.type=output,llmrate.plan=free": 120}, counts(t, rm, "llmrate.tokens"))
 	assert.Equal(t, map[string]hist{"": {Count: 6, Sum: 18}}, hists(t, rm, "llmrate.estimate.ratio"))
-	assert.Equal(t, map[string]int64{"llmrate.operation=admit": 1}, counts(t, rm, "llmrate.fail_opens"))
+	assert.Equal(t, map[string]int64{"llmrate.operation=admit,llmrate.plan=free": 1}, counts(t, rm, "llmrate.fail_opens"))
 
 	// No identity in any attribute.
 	var values []string
@@ -347,16 +383,18 @@ func TestMeasurementsAllocs(t *testing.T) {
 	}
 	obs, _ := newObserver(t)
 	events := []func(){
-		func() { obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Team, Model: "gpt-4o*"}) },
-		func() { obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyTokens, Tier: llmrate.Free}) },
-		func() { obs.Decided(llmrate.DecisionEvent{Allowed: true, Wait: time.Second}) },
 		func() {
-			obs.Reconciled(llmrate.ReconcileEvent{Kind: llmrate.ReconcileUsage, Estimate: 10, Actual: 30, Reported: llmrate.Usage{InputTokens: 10, OutputTokens: 20}})
+			obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Team, Plan: "team", Model: "gpt-4o*"})
+		},
+		func() { obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyTokens, Tier: llmrate.Free}) },
+		func() { obs.Decided(llmrate.DecisionEvent{Allowed: true, Plan: "pro", Wait: time.Second}) },
+		func() {
+			obs.Reconciled(llmrate.ReconcileEvent{Kind: llmrate.ReconcileUsage, Plan: "pro", Estimate: 10, Actual: 30, Reported: llmrate.Usage{InputTokens: 10, OutputTokens: 20}})
 		},
 		func() {
 			obs.Reconciled(llmrate.ReconcileEvent{Kind: llmrate.ReconcileEstimated, Estimate: 10, Actual: 12})
 		},
-		func() { obs.FailedOpen(llmrate.FailOpenEvent{Op: "admit"}) },
+		func() { obs.FailedOpen(llmrate.FailOpenEvent{Op: "admit", Plan: "pro"}) },
 		obs.Evicted,
 	}
 	for i, ev := range events {

@@ -9,11 +9,11 @@
 // become underscores, counters end in _total, a unit in seconds is
 // appended):
 //
-//	llmrate_decisions_total{llmrate_result="allowed|waited|refused|shadow_refused",llmrate_bucket="…",llmrate_window_ms="…",llmrate_tier="…",llmrate_model="…"}
+//	llmrate_decisions_total{llmrate_result="allowed|waited|refused|shadow_refused",llmrate_bucket="…",llmrate_window_ms="…",llmrate_tier="…",llmrate_plan="…",llmrate_model="…"}
 //	llmrate_wait_duration_seconds    histogram
-//	llmrate_fail_opens_total{llmrate_operation="…"}
-//	llmrate_reconciles_total{llmrate_reconcile_kind="usage|partial|estimated"}
-//	llmrate_tokens_total{gen_ai_token_type="input|output"}
+//	llmrate_fail_opens_total{llmrate_operation="…",llmrate_plan="…"}
+//	llmrate_reconciles_total{llmrate_reconcile_kind="usage|partial|estimated",llmrate_plan="…"}
+//	llmrate_tokens_total{gen_ai_token_type="input|output",llmrate_plan="…"}
 //	llmrate_estimate_ratio           histogram
 //	llmrate_evictions_total
 package main

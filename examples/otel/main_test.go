@@ -68,12 +68,12 @@ func TestPrometheusExport(t *testing.T) {
 	}
 	got := series(t, reg)
 	assert.Equal(t, map[string][2]float64{
-		"llmrate_model=,llmrate_result=allowed,llmrate_tier=free":                                                     {200},
-		"llmrate_bucket=key_requests,llmrate_model=,llmrate_result=refused,llmrate_tier=free,llmrate_window_ms=60000": {5},
+		"llmrate_model=,llmrate_plan=free,llmrate_result=allowed,llmrate_tier=free":                                                     {200},
+		"llmrate_bucket=key_requests,llmrate_model=,llmrate_plan=free,llmrate_result=refused,llmrate_tier=free,llmrate_window_ms=60000": {5},
 	}, got["llmrate_decisions_total"])
-	assert.Equal(t, map[string][2]float64{"llmrate_reconcile_kind=usage": {200}}, got["llmrate_reconciles_total"])
+	assert.Equal(t, map[string][2]float64{"llmrate_plan=free,llmrate_reconcile_kind=usage": {200}}, got["llmrate_reconciles_total"])
 	// Each admitted request: a 40-byte body (estimate 10), charged 10 + 20.
-	assert.Equal(t, map[string][2]float64{"gen_ai_token_type=input": {2000}, "gen_ai_token_type=output": {4000}}, got["llmrate_tokens_total"])
+	assert.Equal(t, map[string][2]float64{"gen_ai_token_type=input,llmrate_plan=free": {2000}, "gen_ai_token_type=output,llmrate_plan=free": {4000}}, got["llmrate_tokens_total"])
 	assert.Equal(t, map[string][2]float64{"": {200, 600}}, got["llmrate_estimate_ratio"])
 
 	w := httptest.NewRecorder()
