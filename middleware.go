@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +44,7 @@ type Limiter struct {
 	retry     *retryq.Queue[reconcileJob] // reconciles the store failed, tried again; nil for the memory store
 	closeOnce sync.Once
 
-	stopEvictions func() // unsubscribes the observer from the store's evictions; nil when not subscribed
+	stopObserving func() // unsubscribes the observer from the store's evictions and counters (storestats.go); nil when not subscribed
 }
 
 // New returns a Limiter configured by opts. Every option has a safe
@@ -74,12 +73,9 @@ func New(opts ...Option) (*Limiter, error) {
 	if m, ok := c.store.(*MemoryStore); ok {
 		l.mem = m
 	}
-	if n, ok := c.store.(EvictionNotifier); ok && c.observer != nil {
-		// Unsubscribed once the limiter is unreachable: a store outliving
-		// many limiters does not keep their observers.
-		stop := n.NotifyEvictions(c.observer)
-		l.stopEvictions = stop // Close stops it too
-		runtime.AddCleanup(l, func(stop func()) { stop() }, stop)
+	if stop := observeStore(c.store, c.observer); stop != nil {
+		l.stopObserving = stop // Close stops it too
+		unsubscribeWhenCollected(l, stop)
 	}
 	if l.mem == nil {
 		l.calls = newStoreCaller(c.store, c.timeout, c.maxStoreCalls)

@@ -224,7 +224,7 @@ func (l *Limiter) Flush(ctx context.Context) error {
 // Close applies the reconciles still queued, and retries those the store
 // failed (a failed reconcile is otherwise retried for 5 s), waiting for
 // them until ctx is done, stops the limiter's worker goroutines, unsubscribes its observer
-// from the store's evictions (EvictionNotifier) and then closes the store if
+// from the store's evictions (EvictionNotifier) and counters (StoreStats) and then closes the store if
 // it has a Close(context.Context) error method. It reports the reconciles it
 // could not apply (each also counted by FailOpens and logged) and the
 // store's Close error. Requests served after Close still work: their
@@ -257,8 +257,8 @@ func (l *Limiter) Close(ctx context.Context) error {
 			ce.Write(zap.Errors("errors", errs))
 		}
 	}
-	if l.stopEvictions != nil {
-		l.stopEvictions() // the store may outlive the limiter
+	if l.stopObserving != nil {
+		l.stopObserving() // the store may outlive the limiter
 	}
 	if c, ok := l.cfg.store.(interface{ Close(context.Context) error }); ok {
 		if err := c.Close(ctx); err != nil {

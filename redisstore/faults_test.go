@@ -23,6 +23,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // faultProxy forwards to a Redis server and injects faults on the way
@@ -458,6 +461,73 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Equal(t, int64(5), calls.n.Load()-before, "closed: every admission goes to Redis")
+}
+
+// TestBreakerTransitionsLogged: a Redis stopped mid-run and started again
+// makes one warn line as the breaker opens and one as it closes, however
+// many calls fail or pass meanwhile, and StoreStats counts the outage: the
+// errors, the one opening, the admissions the fallback decided, and their
+// charges, pending while Redis is down and sent once it answers.
+func TestBreakerTransitionsLogged(t *testing.T) {
+	srv, c := redisrig.Start(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(),
+		redisstore.WithLogger(zap.New(core)), redisstore.WithRetryInterval(time.Millisecond))
+	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+	ctx := context.Background()
+	admit := func() llmrate.Decision {
+		t.Helper()
+		d, err := s.Admit(ctx, soloReq("sk-outage", 1))
+		require.NoError(t, err, "Redis or the fallback answers")
+		require.True(t, d.Allowed)
+		return d
+	}
+	for range 5 {
+		require.Empty(t, admit().Receipt, "Redis decides")
+	}
+	before := s.StoreStats()
+	assert.Equal(t, llmrate.StoreCounters{}, before, "nothing failed yet")
+
+	srv.Stop()
+	require.Eventually(t, func() bool { admit(); return s.StoreStats().BreakerOpen }, 10*time.Second, time.Millisecond, "the breaker opens")
+	for range 50 {
+		admit() // open: the fallback decides, but for the probes
+	}
+	down := s.StoreStats()
+	assert.Equal(t, int64(1), down.BreakerOpens)
+	assert.GreaterOrEqual(t, down.Errors, int64(3), "three failures in a row open it")
+	assert.GreaterOrEqual(t, down.Fallbacks, int64(50))
+	assert.Equal(t, down.Fallbacks, down.ChargesPending, "each fallback admission awaits its charge")
+	assert.Equal(t, 1, logs.FilterMessage("redisstore: breaker open").Len(), "one line for the opening")
+	assert.Zero(t, logs.FilterMessage("redisstore: breaker closed").Len())
+
+	srv.Restart(t)
+	require.Eventually(t, func() bool { return admit().Receipt == "" }, 10*time.Second, time.Millisecond, "Redis decides again")
+	for range 50 {
+		require.Empty(t, admit().Receipt)
+	}
+	s.WaitCharges()
+	up := s.StoreStats()
+	assert.False(t, up.BreakerOpen)
+	assert.Equal(t, int64(1), up.BreakerOpens, "it opened once")
+	assert.Zero(t, up.ChargesPending)
+	assert.Equal(t, up.Fallbacks, up.ChargesSent, "every fallback admission charged to Redis")
+	assert.Zero(t, up.ChargesLost)
+
+	opened, closed := logs.FilterMessage("redisstore: breaker open").All(), logs.FilterMessage("redisstore: breaker closed").All()
+	require.Len(t, opened, 1, "one line for the opening")
+	require.Len(t, closed, 1, "one line for the closing")
+	assert.Equal(t, zapcore.WarnLevel, opened[0].Level)
+	assert.Equal(t, zapcore.WarnLevel, closed[0].Level)
+	assert.Equal(t, true, opened[0].ContextMap()["fallback"])
+	assert.Contains(t, opened[0].ContextMap(), "error")
+	assert.Equal(t, up.Fallbacks, closed[0].ContextMap()["fallbacks"])
+	assert.Equal(t, 2, logs.Len(), "nothing else logged: no line per call")
+	for _, e := range logs.All() {
+		for k, v := range e.ContextMap() {
+			assert.NotContains(t, fmt.Sprint(v), "sk-outage", "field %s", k)
+		}
+	}
 }
 
 // holdReplyHook, once armed, holds the reply of the next command (after

@@ -310,6 +310,7 @@ import (
 	"github.com/llmrate/llmrate"
 	"github.com/llmrate/llmrate/internal/deadline"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // The scripts. Those that share code with others (the refusal cascade,
@@ -377,8 +378,12 @@ type Store struct {
 	errors      atomic.Int64
 	resends     atomic.Int64
 	hedges      atomic.Int64
-	hedge       hedger // the hedge delay and bounds (hedge.go)
-	poolSize    int    // a *redis.Client's PoolSize (0: another client)
+	opens       atomic.Int64 // times the breaker opened
+	openedAt    atomic.Int64 // mono ns: when it last opened
+	fallbacks   atomic.Int64 // admissions the local fallback decided
+	log         *zap.Logger  // WithLogger: the breaker's transitions
+	hedge       hedger       // the hedge delay and bounds (hedge.go)
+	poolSize    int          // a *redis.Client's PoolSize (0: another client)
 
 	// seen holds, with leases, the identities of recent reconciles: those
 	// absorbed by this process's leases (a repeat is not applied again),
@@ -427,6 +432,7 @@ const receiptLocal = "local"
 var (
 	_ llmrate.Store            = (*Store)(nil)
 	_ llmrate.EvictionNotifier = (*Store)(nil)
+	_ llmrate.StoreStats       = (*Store)(nil)
 )
 
 // Option configures a Store. Options only record values; New validates
@@ -455,6 +461,7 @@ type config struct {
 	slotTTLSet  bool
 	nilOptions  int
 	fallbackSet bool
+	logger      *zap.Logger
 }
 
 // WithPrefix sets the prefix of every key name. Default: DefaultPrefix. It
@@ -502,6 +509,18 @@ func WithRetryInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retry = d })
 }
 
+// WithLogger sets the logger of the store's breaker: its opening (Redis
+// stopped answering: admissions go to the local fallback, or fail open)
+// and its closing (Redis answers again), each logged once, at warn, when
+// it happens, never per call. If nil or unset, nothing is logged. The
+// lines carry no key: "redisstore: breaker open" with the error that
+// opened it, whether a fallback answers (fallback) and the retry interval;
+// "redisstore: breaker closed" with how long it was open (open_for) and
+// the admissions the fallback decided in all (fallbacks).
+func WithLogger(l *zap.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
 // WithFallbackLocal enforces per-process in-memory buckets while Redis is
 // unreachable, instead of returning the error (which makes the limiter fail
 // open and pass everything). Limits are then per process until Redis is
@@ -547,7 +566,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err := c.check(client); err != nil {
 		return nil, err
 	}
-	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback}
+	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback, log: c.logger}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
 	s.gauges = newHolder(c.slotTTL)
 	s.direct = clientHonoursContext(client)
 	if rc, ok := client.(*redis.Client); ok {
@@ -799,9 +821,11 @@ func (s *Store) failedSince(err error, sent time.Time) error {
 		// the same last count once.
 		counts = s.failedAt.CompareAndSwap(last, mono(now))
 	}
-	if counts && s.consecutive.Add(1) >= breakAfter {
+	if counts && s.consecutive.Add(1) >= breakAfter && !s.open.Load() {
 		s.probeAt.Store(mono(now.Add(s.retry)))
-		s.open.Store(true)
+		if s.open.CompareAndSwap(false, true) {
+			s.opened(err, now)
+		}
 	}
 	if s.open.Load() {
 		s.probeAt.Store(mono(now.Add(s.retry)))
@@ -814,8 +838,44 @@ func (s *Store) succeeded() {
 	if s.consecutive.Load() != 0 {
 		s.consecutive.Store(0)
 	}
-	if s.open.Load() {
-		s.open.Store(false)
+	if s.open.Load() && s.open.CompareAndSwap(true, false) {
+		s.closed()
+	}
+}
+
+// opened counts and logs the breaker's opening, by err, at now: once per
+// opening (the caller won the transition).
+func (s *Store) opened(err error, now time.Time) {
+	s.opens.Add(1)
+	s.openedAt.Store(mono(now))
+	if ce := s.log.Check(zap.WarnLevel, "redisstore: breaker open"); ce != nil {
+		ce.Write(zap.Error(err), zap.Bool("fallback", s.fallback != nil), zap.Duration("retry_interval", s.retry))
+	}
+}
+
+// closed logs the breaker's closing: once per closing.
+func (s *Store) closed() {
+	if ce := s.log.Check(zap.WarnLevel, "redisstore: breaker closed"); ce != nil {
+		open := time.Duration(mono(time.Now()) - s.openedAt.Load())
+		ce.Write(zap.Duration("open_for", open), zap.Int64("fallbacks", s.fallbacks.Load()))
+	}
+}
+
+// StoreStats implements llmrate.StoreStats: Errors, the breaker, the
+// admissions the local fallback decided, Hedges, Resends and Charges, in
+// one struct (otelrate reports them as metrics).
+func (s *Store) StoreStats() llmrate.StoreCounters {
+	sent, lost := s.Charges()
+	return llmrate.StoreCounters{
+		Errors:         s.errors.Load(),
+		BreakerOpen:    s.open.Load(),
+		BreakerOpens:   s.opens.Load(),
+		Fallbacks:      s.fallbacks.Load(),
+		Hedges:         s.hedges.Load(),
+		Resends:        s.resends.Load(),
+		ChargesPending: s.charges.queued.Load(),
+		ChargesSent:    sent,
+		ChargesLost:    lost,
 	}
 }
 
@@ -1007,6 +1067,7 @@ func (s *Store) admitLocal(ctx context.Context, r llmrate.AdmitRequest, err erro
 	if s.fallback == nil {
 		return llmrate.Decision{}, err
 	}
+	s.fallbacks.Add(1)
 	d, ferr := s.fallback.Admit(ctx, r)
 	d.Receipt = receiptLocal
 	if ferr == nil && d.Allowed {
