@@ -31,6 +31,22 @@
 //	llmrate.estimate.ratio   histogram, 1: charge ÷ estimate, of each response with final usage
 //	llmrate.evictions        counter, {eviction}: buckets the store dropped before they were full
 //
+// A store that counts its faults (llmrate.StoreStats: redisstore's) adds
+// observable instruments, read at each collection, summed over the
+// distinct stores of the limiters this Observer is given to (New hands it
+// each limiter's store, Close takes it back; see ObserveStore); none has
+// an attribute but llmrate.charge.result:
+//
+//	llmrate.store.errors          counter, {call}: calls to the shared store that failed
+//	llmrate.store.breaker.open    gauge, {store}: stores whose breaker is open now (1 for one store: Redis is down)
+//	llmrate.store.breaker.opens   counter, {open}: times a breaker opened
+//	llmrate.store.fallbacks       counter, {decision}: admissions a local fallback decided because the shared store did not answer
+//	llmrate.store.hedges          counter, {call}: calls sent again on another connection, no answer having come in time
+//	llmrate.store.resends         counter, {call}: calls sent again, their reply lost
+//	llmrate.store.charges.pending updown counter, {admission}: fallback admissions waiting to be charged to the shared store
+//	llmrate.store.charges         counter, {admission}: fallback admissions charged to the shared store
+//	    llmrate.charge.result  sent | lost (never to be charged)
+//
 // Result "waited" is an admission with a reservation's wait (in shadow
 // mode: one that would wait); "shadow_refused" a refusal shadow mode let
 // through. The charge of a reconcile is split by gen_ai.token.type only
@@ -53,6 +69,7 @@ package otelrate
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,6 +95,7 @@ const (
 	attrOperation = attribute.Key("llmrate.operation")
 	attrKind      = attribute.Key("llmrate.reconcile.kind")
 	attrTokenType = attribute.Key("gen_ai.token.type")
+	attrCharge    = attribute.Key("llmrate.charge.result")
 )
 
 // Option configures New.
@@ -125,6 +143,19 @@ type Observer struct {
 	tokenSets    sync.Map // tokenKey → []metric.AddOption
 	plans        names
 	models       names
+
+	stores storeSet // the stores whose counters the observable instruments read
+}
+
+var _ llmrate.StoreStatsObserver = (*Observer)(nil)
+
+// storeSet is the stores handed to ObserveStore, each subscription by an
+// identity of its own (a store handed over by several limiters is there
+// several times: read once).
+type storeSet struct {
+	mu   sync.Mutex
+	next uint64
+	subs map[uint64]llmrate.StoreStats
 }
 
 // maxNames is how many distinct plan names, and how many distinct model
@@ -215,6 +246,9 @@ func New(opts ...Option) (*Observer, error) {
 	o.evictions, errs[6] = m.Int64Counter("llmrate.evictions", metric.WithUnit("{eviction}"),
 		metric.WithDescription("Buckets the store dropped before they were full."))
 	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	if err := o.storeInstruments(m); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -364,3 +398,121 @@ func (o *Observer) FailedOpen(e llmrate.FailOpenEvent) {
 
 // Evicted implements llmrate.Observer.
 func (o *Observer) Evicted() { o.evictions.Add(context.Background(), 1) }
+
+// storeInstruments makes the observable instruments of the stores'
+// counters, read by one callback.
+func (o *Observer) storeInstruments(m metric.Meter) error {
+	var (
+		errs                                                    [8]error
+		storeErrors, opens, fallbacks, hedges, resends, charges metric.Int64ObservableCounter
+		open                                                    metric.Int64ObservableGauge
+		pending                                                 metric.Int64ObservableUpDownCounter
+	)
+	storeErrors, errs[0] = m.Int64ObservableCounter("llmrate.store.errors", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls to the shared store that failed (a deadline passing included)."))
+	open, errs[1] = m.Int64ObservableGauge("llmrate.store.breaker.open", metric.WithUnit("{store}"),
+		metric.WithDescription("Stores whose breaker is open now: the shared store is not called, admissions go to the fallback or fail open."))
+	opens, errs[2] = m.Int64ObservableCounter("llmrate.store.breaker.opens", metric.WithUnit("{open}"),
+		metric.WithDescription("Times a store's breaker opened."))
+	fallbacks, errs[3] = m.Int64ObservableCounter("llmrate.store.fallbacks", metric.WithUnit("{decision}"),
+		metric.WithDescription("Admissions a local fallback decided because the shared store did not answer."))
+	hedges, errs[4] = m.Int64ObservableCounter("llmrate.store.hedges", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls sent again on another connection because no answer came in time."))
+	resends, errs[5] = m.Int64ObservableCounter("llmrate.store.resends", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls sent again because their reply was lost."))
+	pending, errs[6] = m.Int64ObservableUpDownCounter("llmrate.store.charges.pending", metric.WithUnit("{admission}"),
+		metric.WithDescription("Fallback admissions waiting to be charged to the shared store."))
+	charges, errs[7] = m.Int64ObservableCounter("llmrate.store.charges", metric.WithUnit("{admission}"),
+		metric.WithDescription("Fallback admissions charged to the shared store (sent), or never to be (lost)."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return err
+	}
+	sent := metric.WithAttributeSet(attribute.NewSet(attrCharge.String("sent")))
+	lost := metric.WithAttributeSet(attribute.NewSet(attrCharge.String("lost")))
+	_, err := m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
+		c, n := o.stores.sum()
+		if n == 0 {
+			return nil // no store counts: no series
+		}
+		ob.ObserveInt64(storeErrors, c.Errors)
+		ob.ObserveInt64(open, c.open)
+		ob.ObserveInt64(opens, c.BreakerOpens)
+		ob.ObserveInt64(fallbacks, c.Fallbacks)
+		ob.ObserveInt64(hedges, c.Hedges)
+		ob.ObserveInt64(resends, c.Resends)
+		ob.ObserveInt64(pending, c.ChargesPending)
+		ob.ObserveInt64(charges, c.ChargesSent, sent)
+		ob.ObserveInt64(charges, c.ChargesLost, lost)
+		return nil
+	}, storeErrors, open, opens, fallbacks, hedges, resends, pending, charges)
+	return err
+}
+
+// ObserveStore implements llmrate.StoreStatsObserver: s's counters are
+// added to the store instruments until stop is called (stop is
+// idempotent). llmrate.New calls it with the limiter's store, and the
+// limiter's Close calls stop; a store handed over by several limiters is
+// counted once, when its value is comparable (a pointer, as redisstore's
+// is). Call it directly for a store no limiter of this Observer uses.
+func (o *Observer) ObserveStore(s llmrate.StoreStats) (stop func()) {
+	if s == nil {
+		return func() {}
+	}
+	set := &o.stores
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if set.subs == nil {
+		set.subs = make(map[uint64]llmrate.StoreStats)
+	}
+	set.next++
+	id := set.next
+	set.subs[id] = s
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			set.mu.Lock()
+			defer set.mu.Unlock()
+			delete(set.subs, id)
+		})
+	}
+}
+
+// storeSum is the counters of the stores observed, added up.
+type storeSum struct {
+	llmrate.StoreCounters
+	open int64 // stores whose breaker is open
+}
+
+// sum adds up the counters of the distinct stores in the set, and returns
+// how many there are.
+func (set *storeSet) sum() (storeSum, int) {
+	set.mu.Lock()
+	stores := make([]llmrate.StoreStats, 0, len(set.subs))
+	seen := make(map[llmrate.StoreStats]bool, len(set.subs))
+	for _, s := range set.subs {
+		if reflect.ValueOf(s).Comparable() {
+			if seen[s] {
+				continue
+			}
+			seen[s] = true
+		}
+		stores = append(stores, s)
+	}
+	set.mu.Unlock()
+	var t storeSum
+	for _, s := range stores { // read outside the lock: a store's method is its own
+		c := s.StoreStats()
+		t.Errors += c.Errors
+		if c.BreakerOpen {
+			t.open++
+		}
+		t.BreakerOpens += c.BreakerOpens
+		t.Fallbacks += c.Fallbacks
+		t.Hedges += c.Hedges
+		t.Resends += c.Resends
+		t.ChargesPending += c.ChargesPending
+		t.ChargesSent += c.ChargesSent
+		t.ChargesLost += c.ChargesLost
+	}
+	return t, len(stores)
+}
