@@ -16,6 +16,12 @@
 //	llmrate_tokens_total{gen_ai_token_type="input|output",llmrate_plan="…"}
 //	llmrate_estimate_ratio           histogram
 //	llmrate_evictions_total
+//
+// and, for a store that counts its faults (redisstore's):
+//
+//	llmrate_store_errors_total, llmrate_store_breaker_open, llmrate_store_breaker_opens_total,
+//	llmrate_store_fallbacks_total, llmrate_store_hedges_total, llmrate_store_resends_total,
+//	llmrate_store_charges_pending, llmrate_store_charges_total{llmrate_charge_result="sent|lost"}
 package main
 
 import (
