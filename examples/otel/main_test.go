@@ -84,3 +84,41 @@ func TestPrometheusExport(t *testing.T) {
 	assert.NotContains(t, text, "SECRET", "no raw key in any label")
 	assert.NotContains(t, text, "sk-otel")
 }
+
+// countingStore is a store that counts its faults (llmrate.StoreStats).
+type countingStore struct{ llmrate.Store }
+
+func (countingStore) StoreStats() llmrate.StoreCounters {
+	return llmrate.StoreCounters{Errors: 4, BreakerOpen: true, BreakerOpens: 1, Fallbacks: 9, ChargesPending: 9, ChargesLost: 2}
+}
+
+// TestStoreMetricsExported: the names the exporter gives the store
+// instruments, as the package doc lists them.
+func TestStoreMetricsExported(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, provider, err := newMux(reg, llmrate.WithStore(countingStore{llmrate.NewMemoryStore()}))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, provider.Shutdown(context.Background())) })
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if !strings.HasPrefix(f.GetName(), "llmrate_store_") {
+				continue
+			}
+			name := f.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "llmrate_charge_result" {
+					name += "{" + l.GetValue() + "}"
+				}
+			}
+			got[name] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	assert.Equal(t, map[string]float64{
+		"llmrate_store_errors_total": 4, "llmrate_store_breaker_open": 1, "llmrate_store_breaker_opens_total": 1,
+		"llmrate_store_fallbacks_total": 9, "llmrate_store_hedges_total": 0, "llmrate_store_resends_total": 0,
+		"llmrate_store_charges_pending": 9, "llmrate_store_charges_total{sent}": 0, "llmrate_store_charges_total{lost}": 2,
+	}, got)
+}
