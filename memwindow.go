@@ -14,7 +14,8 @@ import (
 // shard).
 
 // winSet is the window buckets of one entry hash: one per (meter, Per)
-// seen, each with the figure of its latest use.
+// seen, each with the figure of its latest admission and a clock of its
+// own (as a Redis window entry has).
 type winSet struct {
 	last int64 // the latest clock reading seen
 	// full is the clock reading by which time alone refills every bucket
@@ -27,10 +28,17 @@ type winSet struct {
 
 // winBucket is one window bucket: capacity fig, refilled fig per per
 // nanoseconds, in the exact arithmetic of bucket with the period per (its
-// fraction is in 1/per units).
+// fraction is in 1/per units), up to last, its clock.
+//
+// A store keeps levels, not figures: fig is the figure of the bucket's
+// latest admission, which alone sets it (a changed figure keeps the
+// level, clamped to it). A reconcile carries the figures in force at its
+// admission, maybe changed since: it refills the buckets it charges at
+// fig, not at its own, and leaves the others (clock included) alone.
 type winBucket struct {
 	per   int64
 	fig   int64
+	last  int64
 	meter uint8 // the index of its meter in WindowMeters' rows
 	bucket
 }
@@ -39,42 +47,57 @@ type winBucket struct {
 func windowed(kl, wl Limits) bool { return len(kl.Windows) > 0 || len(wl.Windows) > 0 }
 
 // find returns the bucket of meter m and window per, creating it full at
-// fig if absent.
-func (ws *winSet) find(m uint8, per, fig int64) *winBucket {
+// fig, its clock at now (the set's: the latest reading seen), if absent.
+func (ws *winSet) find(m uint8, per, fig, now int64) *winBucket {
 	for i := range ws.b {
 		if ws.b[i].meter == m && ws.b[i].per == per {
 			return &ws.b[i]
 		}
 	}
-	ws.b = append(ws.b, winBucket{per: per, fig: fig, meter: m, bucket: bucket{level: fig}})
+	ws.b = append(ws.b, winBucket{per: per, fig: fig, last: now, meter: m, bucket: bucket{level: fig}})
 	return &ws.b[len(ws.b)-1]
 }
 
-// advance refills every bucket up to now: those in windows at their
-// figures there (a changed figure clamps the level), the others at the
-// figure of their latest use; a bucket not in windows that is full is
-// dropped (it would come back full). A clock reading earlier than the
-// latest seen refills nothing.
-func (ws *winSet) advance(now int64, windows []Window) {
-	dt := now - ws.last
+// refill refills wb up to now at its figure (a level above it, the figure
+// lowered since, is clamped). A clock reading earlier than its clock
+// refills nothing.
+func (wb *winBucket) refill(now int64) {
+	dt := now - wb.last
 	if dt > 0 {
-		ws.last = now
+		wb.last = now
 	} else {
 		dt = 0
 	}
+	wb.prefill(wb.fig, wb.fig, dt, uint64(wb.per))
+}
+
+// advance refills, up to now, the buckets in windows (an admission's
+// figures; nil for a reconcile's), each at its figure there (a changed
+// figure clamps the level), and leaves the others as they are, clock
+// included. A bucket that time alone has refilled to full at its own
+// figure is forgotten, as a Redis entry expires: dropped, or, in windows,
+// full again at its figure there.
+func (ws *winSet) advance(now int64, windows []Window) {
+	ws.last = max(ws.last, now)
 	kept := ws.b[:0]
 	for _, wb := range ws.b {
-		in := false
+		var f int64
 		for _, w := range windows {
 			if int64(w.Per) == wb.per {
-				if f := w.Figure(WindowMeters()[0][wb.meter]); f > 0 {
-					wb.fig, in = f, true
-				}
+				f = w.Figure(WindowMeters()[0][wb.meter])
 				break
 			}
 		}
-		wb.prefill(wb.fig, wb.fig, dt, uint64(wb.per))
-		if in || wb.level < wb.fig {
+		c := wb
+		c.refill(now)
+		switch full := c.level >= c.fig; {
+		case f > 0 && full:
+			kept = append(kept, winBucket{per: wb.per, fig: f, last: c.last, meter: wb.meter, bucket: bucket{level: f}})
+		case f > 0:
+			wb.fig = f
+			wb.refill(now)
+			kept = append(kept, wb)
+		case !full:
 			kept = append(kept, wb)
 		}
 	}
@@ -99,12 +122,13 @@ func (ws *winSet) settle() {
 			ws.full = math.MaxInt64
 			return
 		}
-		ws.full = max(ws.full, ws.last+int64(d))
+		ws.full = max(ws.full, wb.last+int64(d))
 	}
 }
 
 // winSetOf returns the window set of entry hash h in sh, created empty if
-// absent, advanced to now under windows. The caller holds sh.mu. Creating
+// absent, advanced to now under at (an admission's windows; nil for a
+// reconcile, which advances only what it charges: reconcileWindows). The caller holds sh.mu. Creating
 // one may first drop the sets that time alone has refilled (lossless),
 // and at the bound a set not in debt (lossy, ev.lossy), or go beyond the
 // bound when every set sampled is in debt (ev.over): a debt is never
@@ -114,9 +138,9 @@ func (ws *winSet) settle() {
 //
 // A new set takes its entry's clock (last): the latest reading seen, so
 // that a clock moving backwards refills nothing there either.
-func winSetOf(sh *memShard, bound int, h uint64, windows []Window, now, last int64, ev *evicted) *winSet {
+func winSetOf(sh *memShard, bound int, h uint64, windows, at []Window, now, last int64, ev *evicted) *winSet {
 	if ws := sh.wins[h]; ws != nil {
-		ws.advance(now, windows)
+		ws.advance(now, at)
 		return ws
 	}
 	if len(windows) == 0 {
@@ -189,7 +213,7 @@ func windowStages(st []winStage, ws *winSet, windows []Window, scope int, tokens
 	for _, w := range windows {
 		for m, b := range WindowMeters()[scope] {
 			if f := w.Figure(b); f > 0 {
-				ws.find(uint8(m), int64(w.Per), f)
+				ws.find(uint8(m), int64(w.Per), f, ws.last)
 			}
 		}
 	}
@@ -199,7 +223,7 @@ func windowStages(st []winStage, ws *winSet, windows []Window, scope int, tokens
 			if f == 0 {
 				continue
 			}
-			wb := ws.find(uint8(m), int64(w.Per), f)
+			wb := ws.find(uint8(m), int64(w.Per), f, ws.last)
 			s := winStage{b: &wb.bucket, rate: f, cap: f, period: uint64(w.Per), bucket: b, window: w.Per, levels: &levels[i]}
 			switch m {
 			case 0:
@@ -381,7 +405,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 		// as any request without windows does.
 		var ws *winSet
 		if len(lim.Windows) > 0 {
-			ws = winSetOf(sh, s.perShard, wh, lim.Windows, now, e.last, &ev)
+			ws = winSetOf(sh, s.perShard, wh, lim.Windows, lim.Windows, now, e.last, &ev)
 		}
 		levels := make([]WindowLevels, len(lim.Windows))
 		st = perMinuteStages(st, e, nil, lim, lim, tokens)
@@ -438,8 +462,8 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 	}
 	var kw, ww *winSet
 	if windowed(r.KeyLimits, r.WorkspaceLimits) { // not for a reserve alone: windows are left alone
-		kw = winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, now, ke.last, &ev)
-		ww = winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, now, we.last, &ev)
+		kw = winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, r.KeyLimits.Windows, now, ke.last, &ev)
+		ww = winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, r.WorkspaceLimits.Windows, now, we.last, &ev)
 	}
 	kls, wls := make([]WindowLevels, len(r.KeyLimits.Windows)), make([]WindowLevels, len(r.WorkspaceLimits.Windows))
 	st = perMinuteStages(st, ke, we, r.KeyLimits, r.WorkspaceLimits, tokens)
@@ -483,20 +507,26 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 }
 
 // reconcileWindows applies r to the window buckets of set ws for scope (0:
-// key, 1: workspace).
-func reconcileWindows(ws *winSet, r ReconcileRequest, windows []Window, scope int) {
+// key, 1: workspace), windows the figures of r's admission: a bucket with
+// a delta (ReconcileRequest.WindowDelta, bounded at r's figures) is
+// refilled up to now at its own figure (its latest admission's: r's may
+// be stale), created full at r's if absent, then takes the delta, its
+// level capped at that figure and floored at minus twice it; a bucket
+// with none is left alone, its clock too (as in Redis).
+func reconcileWindows(ws *winSet, r ReconcileRequest, windows []Window, scope int, now int64) {
 	for _, w := range windows {
 		for m, b := range WindowMeters()[scope] {
 			f := w.Figure(b)
 			if f == 0 {
 				continue
 			}
-			// Found (created full if new) even when nothing changes, as an
-			// admission would: a bucket's history starts at its first use.
-			wb := ws.find(uint8(m), int64(w.Per), f)
-			if delta := r.WindowDelta(b, w); delta != 0 {
-				wb.adjust(delta, f)
+			delta := r.WindowDelta(b, w)
+			if delta == 0 {
+				continue
 			}
+			wb := ws.find(uint8(m), int64(w.Per), f, ws.last)
+			wb.refill(now)
+			wb.adjust(delta, wb.fig)
 		}
 	}
 }
@@ -511,8 +541,8 @@ func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
 		wh := s.workspaceHash(r.Workspace, r.Model)
 		sh, e, ev := s.solo(r.Workspace, r.Model, &lim, now)
 		reconcileEntry(e, r, WorkspaceTokens, lim)
-		ws := winSetOf(sh, s.perShard, wh, lim.Windows, now, e.last, &ev)
-		reconcileWindows(ws, r, lim.Windows, 0)
+		ws := winSetOf(sh, s.perShard, wh, lim.Windows, nil, now, e.last, &ev)
+		reconcileWindows(ws, r, lim.Windows, 0, now)
 		e.settle(&lim)
 		ws.settle()
 		e.release(sh.epoch.Load())
@@ -527,10 +557,10 @@ func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
 	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
 	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
-	kw := winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, now, ke.last, &ev)
-	ww := winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, now, we.last, &ev)
-	reconcileWindows(kw, r, r.KeyLimits.Windows, 0)
-	reconcileWindows(ww, r, r.WorkspaceLimits.Windows, 1)
+	kw := winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, nil, now, ke.last, &ev)
+	ww := winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, nil, now, we.last, &ev)
+	reconcileWindows(kw, r, r.KeyLimits.Windows, 0, now)
+	reconcileWindows(ww, r, r.WorkspaceLimits.Windows, 1, now)
 	ke.settle(&r.KeyLimits)
 	we.settle(&r.WorkspaceLimits)
 	kw.settle()

@@ -22,9 +22,22 @@ import (
 
 type wBucket struct {
 	level  *big.Rat
-	fig    int64 // the figure of its latest use: the rate per period
+	fig    int64 // the figure of its latest admission: the rate per period
 	cap    int64
 	period time.Duration
+	last   time.Time // a window bucket's own clock
+}
+
+// refillTo refills a window bucket up to now at its figure, on its own
+// clock (backwards: nothing).
+func (b *wBucket) refillTo(now time.Time) {
+	dt := now.Sub(b.last)
+	if dt > 0 {
+		b.last = now
+	} else {
+		dt = 0
+	}
+	b.refill(dt)
 }
 
 // refill adds fig×dt/period, capped at cap (a bucket at or above cap is
@@ -96,12 +109,15 @@ func figureOf(w llmrate.Window, m int) int64 {
 	return [4]int64{w.Requests, w.Tokens, w.InputTokens, w.OutputTokens}[m]
 }
 
-// touch refills every bucket of a scope to now (backwards: nothing) under
-// lim: the per-minute ones and, for a request with windows (on either
-// side), the windows' at their figures now, those of windows no longer
-// configured at the figure of their latest use (and forgotten once full).
-// The windows keep their own clock, from the first request with windows.
-func (m *wModel) touch(id string, now time.Time, lim llmrate.Limits, windows bool) *wScope {
+// touch refills the buckets of a scope to now (backwards: nothing) under
+// lim: the per-minute ones and, for an admission (admit) with windows (on
+// either side), the windows' at their figures now; a window bucket not in
+// lim's windows, or every one for a reconcile, is left as it is, its clock
+// too. A window bucket that time alone has refilled at its own figure is
+// forgotten (full again at the figure of whoever finds it next).
+// Each window bucket keeps its own clock, from its creation at the
+// windows' clock (the latest reading seen by requests with windows).
+func (m *wModel) touch(id string, now time.Time, lim llmrate.Limits, windows, admit bool) *wScope {
 	s := m.scopes[id]
 	if s == nil {
 		s = &wScope{b: map[wKey]*wBucket{}}
@@ -113,14 +129,13 @@ func (m *wModel) touch(id string, now time.Time, lim llmrate.Limits, windows boo
 	} else if d := now.Sub(s.last); d > 0 {
 		dt, s.last = d, now
 	}
-	wdt := time.Duration(0)
 	if windows {
 		// The windows' clock starts at the scope's first request with
 		// windows of its own, from the scope's clock.
 		if !s.wseen && len(lim.Windows) > 0 {
 			s.wseen, s.wlast = true, s.last
 		} else if d := now.Sub(s.wlast); s.wseen && d > 0 {
-			wdt, s.wlast = d, now
+			s.wlast = now
 		}
 	}
 	cur := map[wKey]int64{{-1, time.Minute}: lim.RequestsPerMinute, {-2, time.Minute}: lim.TokensPerMinute}
@@ -132,31 +147,38 @@ func (m *wModel) touch(id string, now time.Time, lim llmrate.Limits, windows boo
 		}
 	}
 	for k, b := range s.b {
-		if k.meter >= 0 && !windows {
+		if k.meter < 0 {
+			f := cur[k]
+			b.fig, b.cap = f, 2*f
+			b.refill(dt)
+			continue
+		}
+		if !windows {
 			continue // a request without windows leaves them alone
 		}
-		if f, ok := cur[k]; ok {
-			b.fig, b.cap = f, f
-			if k.meter < 0 {
-				b.cap = 2 * f
+		c := *b
+		c.refillTo(now)
+		full := c.level.Cmp(rat(c.cap)) >= 0 // time alone refilled it at its own figure: forgotten
+		if f, ok := cur[k]; ok && admit {
+			if full {
+				*b = wBucket{level: rat(f), fig: f, cap: f, period: k.per, last: c.last}
+				continue
 			}
+			b.fig, b.cap = f, f
+			b.refillTo(now)
+			continue
 		}
-		if k.meter < 0 {
-			b.refill(dt)
-		} else {
-			b.refill(wdt)
-		}
-		if _, ok := cur[k]; !ok && b.level.Cmp(rat(b.cap)) >= 0 {
+		if full {
 			delete(s.b, k)
 		}
 	}
 	for k, f := range cur {
-		if s.b[k] == nil {
+		if s.b[k] == nil && (k.meter < 0 || admit) {
 			c := f
 			if k.meter < 0 {
 				c = 2 * f
 			}
-			s.b[k] = &wBucket{level: rat(c), fig: f, cap: c, period: k.per}
+			s.b[k] = &wBucket{level: rat(c), fig: f, cap: c, period: k.per, last: s.wlast}
 		}
 	}
 	return s
@@ -182,17 +204,17 @@ type wReq struct {
 	refund             bool
 }
 
-func (m *wModel) scopes2(r wReq) (*wScope, *wScope) {
+func (m *wModel) scopes2(r wReq, admit bool) (*wScope, *wScope) {
 	windows := len(r.kl.Windows)+len(r.wl.Windows) > 0
 	if r.solo {
-		s := m.touch("w/"+r.ws, r.now, r.wl, windows)
+		s := m.touch("w/"+r.ws, r.now, r.wl, windows, admit)
 		return s, nil
 	}
-	return m.touch("k/"+r.ws+"/"+r.key, r.now, r.kl, windows), m.touch("w/"+r.ws, r.now, r.wl, windows)
+	return m.touch("k/"+r.ws+"/"+r.key, r.now, r.kl, windows, admit), m.touch("w/"+r.ws, r.now, r.wl, windows, admit)
 }
 
 func (m *wModel) admit(r wReq) llmrate.Decision {
-	ks, ws := m.scopes2(r)
+	ks, ws := m.scopes2(r, true)
 	var st []wStage
 	st = append(st, wStage{b: ks.b[wKey{-1, time.Minute}], need: 1, debit: 1, bucket: llmrate.KeyRequests},
 		wStage{b: ks.b[wKey{-2, time.Minute}], need: r.tokens, debit: r.tokens, bucket: llmrate.KeyTokens})
@@ -310,8 +332,13 @@ func setLevel(l *llmrate.WindowLevels, b llmrate.Bucket, v int64) {
 
 func bound(v, f int64) int64 { return min(max(v, 0), 2*f) }
 
+// reconcile applies r, which carries its admission's figures (maybe
+// changed since): a window bucket with something to charge is refilled to
+// now at its own figure (its latest admission's), created full at r's if
+// absent, and takes the charge, capped at its own capacity and floored at
+// minus twice it; one with nothing to charge is left alone.
 func (m *wModel) reconcile(r wReq) {
-	ks, ws := m.scopes2(r)
+	ks, ws := m.scopes2(r, false)
 	apply := func(s *wScope, lim llmrate.Limits) {
 		tok := s.b[wKey{-2, time.Minute}]
 		if r.refund {
@@ -337,7 +364,16 @@ func (m *wModel) reconcile(r wReq) {
 				case mt == 3:
 					delta = bound(r.outAct, f)
 				}
-				s.b[wKey{mt, w.Per}].adjust(delta)
+				if delta == 0 {
+					continue
+				}
+				b := s.b[wKey{mt, w.Per}]
+				if b == nil {
+					b = &wBucket{level: rat(f), fig: f, cap: f, period: w.Per, last: s.wlast}
+					s.b[wKey{mt, w.Per}] = b
+				}
+				b.refillTo(r.now)
+				b.adjust(delta)
 			}
 		}
 	}

@@ -56,8 +56,9 @@ func retryWithin(t *testing.T, d llmrate.Decision, exact time.Duration, what str
 // bucket holds its figure and refills it per Per, exactly; a refusal names
 // the window and tells the wait past a minute; the input and output
 // meters; all or nothing with the per-minute buckets; the workspace's
-// windows shared by its keys; identity by Per and clamping by figure;
-// refunds.
+// windows shared by its keys; identity by Per and clamping by figure; a
+// reconcile carrying figures changed since its admission, which refills
+// no window at them; refunds.
 func runWindows(t *testing.T, f factory) {
 	t.Run("DailyQuota", func(t *testing.T) {
 		for _, solo := range []bool{true, false} {
@@ -170,6 +171,59 @@ func runWindows(t *testing.T, f factory) {
 		d = w.admit(1, 0)
 		if len(d.KeyWindows) == 1 {
 			equal(t, int64(4), d.KeyWindows[0].Requests, "a lowered figure clamps the level")
+		}
+	})
+	t.Run("FigureChangedInFlight", func(t *testing.T) {
+		// A store keeps levels, not figures: a reconcile carries its
+		// admission's figures, maybe changed since, and must not refill
+		// or clamp a window at them. Solo: one scope.
+		stale := func(w *win, lim llmrate.Limits, r llmrate.ReconcileRequest) {
+			t.Helper()
+			r.Key, r.Workspace, r.KeyLimits, r.WorkspaceLimits, r.Solo, r.Now, r.ID = w.key, w.ws, lim, lim, true, w.clock.Now(), llmrate.NewAdmissionID()
+			if err := w.s.Reconcile(context.Background(), r); err != nil {
+				t.Fatalf("Reconcile: %v", err)
+			}
+		}
+		// 100 requests an hour, spent; the figure raised to 1,000; the old
+		// request's reconcile (nothing to charge a requests meter) lands
+		// 30 min later: the next request refills the 30 min at 1,000 an
+		// hour, 500, as if no reconcile had landed, and leaves 499.
+		old := bigMinute(llmrate.Window{Per: time.Hour, Requests: 100})
+		w := &win{direct: newDirect(t, f), key: "sk-fig", ws: "sk-fig", kl: old, wl: old, solo: true}
+		for i := range 100 {
+			mustEqual(t, true, w.admit(1, 0).Allowed, "request %d of 100", i+1)
+		}
+		w.kl = bigMinute(llmrate.Window{Per: time.Hour, Requests: 1000})
+		w.wl = w.kl
+		w.clock.Advance(30 * time.Minute)
+		stale(w, old, llmrate.ReconcileRequest{Estimate: 1, Actual: 1})
+		d := w.admit(1, 0)
+		mustEqual(t, true, d.Allowed, "500 back")
+		if len(d.KeyWindows) == 1 {
+			equal(t, int64(499), d.KeyWindows[0].Requests, "refilled at 1,000 an hour, not at the reconcile's 100")
+		}
+		// 1,000 tokens an hour, spent by A; raised to 10,000, a request of
+		// 1 at +10 min refills 1,666⅔ (1,665⅔ left); A's reconcile at
+		// +30 min (actual 1,200: 200 more) carries the old 1,000: it
+		// refills the 20 min at 10,000 an hour (3,333⅓: 4,999), clamps
+		// nothing to 1,000, and takes 200 (4,799); the next 1 leaves 4,798.
+		old = bigMinute(llmrate.Window{Per: time.Hour, Tokens: 1000})
+		w = &win{direct: newDirect(t, f), key: "sk-fig2", ws: "sk-fig2", kl: old, wl: old, solo: true}
+		mustEqual(t, true, w.admit(1000, 0).Allowed, "A: the whole window")
+		w.kl = bigMinute(llmrate.Window{Per: time.Hour, Tokens: 10_000})
+		w.wl = w.kl
+		w.clock.Advance(10 * time.Minute)
+		d = w.admit(1, 0)
+		mustEqual(t, true, d.Allowed, "at the raised figure")
+		if len(d.KeyWindows) == 1 {
+			equal(t, int64(1665), d.KeyWindows[0].Tokens, "10 min at 10,000 an hour, less 1")
+		}
+		w.clock.Advance(20 * time.Minute)
+		stale(w, old, llmrate.ReconcileRequest{Estimate: 1000, Actual: 1200})
+		d = w.admit(1, 0)
+		mustEqual(t, true, d.Allowed, "after the reconcile")
+		if len(d.KeyWindows) == 1 {
+			equal(t, int64(4798), d.KeyWindows[0].Tokens, "refilled at 10,000 an hour, not clamped to the reconcile's 1,000, less 200 and 1")
 		}
 	})
 	t.Run("Refund", func(t *testing.T) {

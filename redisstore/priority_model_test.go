@@ -214,8 +214,12 @@ func TestReserveFloorsExactAtLargestFigures(t *testing.T) {
 // (with and without reserves, windows, gauges, MaxWait, Solo) and
 // reconciles (releasing the gauges' slots), sent
 // to the memory store and to Redis on one clock: every admission with a
-// reserve or windows gets the same Decision from both (DESIGN §19: the
-// reserve is part of the one decision "in both stores").
+// reserve or windows gets the same Decision from both (the reserve, as
+// the windows, is part of the one decision in both stores). The figures
+// change now and then (windows added, dropped, resized), and reconciles
+// land later, in any order, carrying the figures of their admission: a
+// store keeps levels, not figures, so neither refills a window at a
+// reconcile's stale figures.
 func TestReservesSameDecisionInBothStores(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1, MaxRetries: -1})
@@ -241,7 +245,7 @@ func TestReservesSameDecisionInBothStores(t *testing.T) {
 		return d
 	}
 	pers := []time.Duration{time.Second, time.Minute, time.Hour}
-	compared, gaugeByReserve, byReserve := 0, 0, 0
+	compared, gaugeByReserve, byReserve, figChanges := 0, 0, 0, 0
 	for seed := uint64(1); seed <= 60; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 23))
 		mem := llmrate.NewMemoryStore()
@@ -264,9 +268,32 @@ func TestReservesSameDecisionInBothStores(t *testing.T) {
 			wl = limits()
 		}
 		reserves := []int64{0, 1, 500_000, 250_000, llmrate.MaxReserve, 1 + rng.Int64N(llmrate.MaxReserve)}
+		var pending []llmrate.ReconcileRequest
+		land := func(rec llmrate.ReconcileRequest) {
+			rec.Now = now
+			require.NoError(t, mem.Reconcile(ctx, rec))
+			require.NoError(t, rs.Reconcile(ctx, rec))
+		}
 		for step := range 40 {
 			if rng.IntN(3) == 0 {
 				now = now.Add(time.Duration(rng.Int64N(20_000_000)) * time.Microsecond)
+			}
+			if rng.IntN(10) == 0 { // minutes to an hour and a half
+				now = now.Add(time.Duration(rng.Int64N(5_400_000_000)) * time.Microsecond)
+			}
+			if rng.IntN(8) == 0 { // new figures: the reconciles in flight keep the old
+				figChanges++
+				kl = limits()
+				if solo {
+					wl = kl
+				} else if rng.IntN(2) == 0 {
+					wl = limits()
+				}
+			}
+			for len(pending) > 0 && rng.IntN(3) == 0 {
+				i := rng.IntN(len(pending))
+				land(pending[i])
+				pending = append(pending[:i], pending[i+1:]...)
 			}
 			tpm := min(kl.TokensPerMinute, wl.TokensPerMinute)
 			req := llmrate.AdmitRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Now: now,
@@ -294,16 +321,15 @@ func TestReservesSameDecisionInBothStores(t *testing.T) {
 			if !dm.Allowed || rng.IntN(2) == 0 {
 				continue
 			}
-			rec := llmrate.ReconcileRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Solo: solo, ID: req.ID, Now: now,
+			// The receipts are left out: each store's own, and a reconcile
+			// without one is decided as well (the gauge's slot goes by ID).
+			rec := llmrate.ReconcileRequest{Key: key, Workspace: ws, KeyLimits: kl, WorkspaceLimits: wl, Solo: solo, ID: req.ID,
 				Estimate: req.Tokens, Actual: rng.Int64N(2 * min(tpm, 4000)), InputEstimate: req.InputTokens, InputActual: rng.Int64N(2 * min(tpm, 4000)),
 				OutputActual: rng.Int64N(2 * min(tpm, 4000))}
-			rec.Receipt = dm.Receipt
-			require.NoError(t, mem.Reconcile(ctx, rec))
-			rec.Receipt = dr.Receipt
-			require.NoError(t, rs.Reconcile(ctx, rec))
+			pending = append(pending, rec)
 		}
 	}
-	t.Logf("%d decisions compared, %d refused by a reserve (%d by a gauge's)", compared, byReserve, gaugeByReserve)
+	t.Logf("%d decisions compared, %d refused by a reserve (%d by a gauge's), %d figure changes", compared, byReserve, gaugeByReserve, figChanges)
 	require.Greater(t, byReserve, compared/20)
 	require.Positive(t, gaugeByReserve)
 }

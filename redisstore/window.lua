@@ -6,8 +6,11 @@
 -- most 1e12 (below 2^40), so a product F × P cannot be formed in a double:
 -- muldiv forms such quotients exactly in nine-bit steps.
 
--- An entry is three little-endian doubles: last (µs), level, frac.
-local WFMT = "<ddd"
+-- An entry is four little-endian doubles: last (µs), level, frac and
+-- the figure of its latest admission (a store keeps levels; a reconcile
+-- refills at this figure, not at its own, maybe stale). An entry of three
+-- (written before the figure was kept) has none: the caller's stands in.
+local WFMT = "<dddd"
 
 -- muldiv returns floor((x*y + c) / d) and its remainder, exactly, for
 -- integers 0 <= x < 2^43, 0 <= y < 2^54, 0 <= c < 2^52 and 0 < d < 2^43,
@@ -61,28 +64,48 @@ local function wwait_us(level, frac, k, f, p)
   return q, false
 end
 
--- wget returns the window entry at key refilled up to now (last, level,
--- frac): created full at now when absent; its time moved to now, or kept
--- when the clock went backwards, which refills nothing.
-local function wget(key, now, f, p)
+-- wget returns the window entry at key refilled up to now at figure f
+-- (nil: at its own, for a reconcile) as last, level, frac and the figure
+-- it was refilled at: created full at now (at f, or dflt for a
+-- reconcile) when absent; its time moved to now, or kept when the clock
+-- went backwards, which refills nothing. An entry that time alone has
+-- refilled to full at its own figure is as if absent (full again at f,
+-- or dflt), whether or not it has expired yet (it expires a second or
+-- so later): the memory store forgets such a bucket the same way.
+local function wget(key, now, f, p, dflt)
   local v = redis.call("GET", key)
-  if not v then return now, f, 0 end
-  local last, l, fr = struct.unpack(WFMT, v)
+  if not v then
+    f = f or dflt
+    return now, f, 0, f
+  end
+  local last, l, fr, sf
+  if #v < 32 then
+    last, l, fr = struct.unpack("<ddd", v)
+    sf = dflt or f
+  else
+    last, l, fr, sf = struct.unpack(WFMT, v)
+  end
   local dt = now - last
   if dt > 0 then last = now end
+  local ol, ofr = wrefill(l, fr, sf, p, dt)
+  if ol >= sf then
+    f = f or dflt
+    return last, f, 0, f
+  end
+  if not f then return last, ol, ofr, sf end
   l, fr = wrefill(l, fr, f, p, dt)
-  return last, l, fr
+  return last, l, fr, f
 end
 
--- wput writes a window entry back, to expire once time alone would have
--- refilled it to full, plus a second (at most MAXPX): (f - level) × p / f
+-- wput writes a window entry back with its figure f, to expire once time
+-- alone would have refilled it to full, plus a second (at most MAXPX): (f - level) × p / f
 -- µs. Its double rounding errs by far less than a millisecond (relative
 -- 2^-52 on under 10^13 ms), which the second's margin covers: an entry
 -- never expires while it still owes.
 local function wput(key, last, l, fr, f, p)
   local px = 1000
   if l < f then px = math.min(math.ceil((f - l) * (p / 1000) / f) + 1000, MAXPX) end
-  redis.call("SET", key, struct.pack(WFMT, last, l, fr), "PX", px)
+  redis.call("SET", key, struct.pack(WFMT, last, l, fr, f), "PX", px)
 end
 
 -- WSPEC is one window bucket of an admission (admitw.lua): the Bucket

@@ -24,6 +24,7 @@ type refBucket struct {
 	last  int64 // µs
 	level int64
 	frac  *big.Rat
+	fig   int64 // a window bucket's: the figure of its latest admission
 }
 
 // refModel is an independent model of the store's decisions, written from
@@ -40,17 +41,35 @@ type refSpec struct {
 	scope, index, meter int // for the level slices; scope -1: a per-minute bucket
 }
 
-// at returns the bucket refilled up to now.
+// at returns the bucket refilled up to now at s's figures, which it keeps
+// (an admission's).
 func (m *refModel) at(s refSpec, now int64) *refBucket {
 	b := m.b[s.id]
 	if b == nil {
 		b = &refBucket{}
 		m.b[s.id] = b
 	}
+	if b.seen && s.scope >= 0 {
+		// A window bucket that time alone has refilled at its own figure
+		// is forgotten: full again at s's.
+		own := s
+		own.rate, own.cap = b.fig, b.fig
+		if c := *b; refill(&c, own, now).level >= b.fig {
+			// Its clock kept, if later: a clock gone backwards refills nothing.
+			*b = refBucket{seen: true, last: max(b.last, now), level: s.cap, frac: new(big.Rat), fig: s.rate}
+			return b
+		}
+	}
+	b.fig = s.rate
 	if !b.seen {
-		*b = refBucket{seen: true, last: now, level: s.cap, frac: new(big.Rat)}
+		*b = refBucket{seen: true, last: now, level: s.cap, frac: new(big.Rat), fig: s.rate}
 		return b
 	}
+	return refill(b, s, now)
+}
+
+// refill refills b up to now at s's figures.
+func refill(b *refBucket, s refSpec, now int64) *refBucket {
 	dt := now - b.last
 	if dt > 0 {
 		b.last = now
@@ -249,7 +268,9 @@ func refFloor(r, c int64) int64 {
 // reconcile applies rec at now: each tokens-like bucket's level less its
 // bounded charge less what admission debited, floored at minus twice its
 // capacity by a debit, capped at its capacity; a refund credits what
-// admission debited.
+// admission debited. rec carries its admission's figures, maybe changed
+// since: a window bucket is refilled, capped and floored at the figure of
+// its latest admission (a new one: full at rec's), never at rec's.
 func (m *refModel) reconcile(r llmrate.AdmitRequest, rec llmrate.ReconcileRequest, now int64) {
 	for i, s := range refSpecs(r) {
 		if r.Solo && (i == 0 || i == 1) {
@@ -274,6 +295,18 @@ func (m *refModel) reconcile(r llmrate.AdmitRequest, rec llmrate.ReconcileReques
 		}
 		if delta == 0 && s.scope >= 0 {
 			continue // a window bucket with nothing to charge is left alone
+		}
+		if s.scope >= 0 {
+			if b := m.b[s.id]; b != nil && b.seen {
+				own := s
+				own.rate, own.cap = b.fig, b.fig
+				if c := *b; refill(&c, own, now).level >= b.fig {
+					// Forgotten: full again at rec's figure.
+					*b = refBucket{seen: true, last: max(b.last, now), level: s.cap, frac: new(big.Rat), fig: s.rate}
+				} else {
+					s = own
+				}
+			}
 		}
 		b := m.at(s, now) // a per-minute entry (both its buckets) moves to now
 		l := b.level - delta

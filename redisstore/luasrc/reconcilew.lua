@@ -34,14 +34,17 @@ if ARGV[9] ~= "1" then
   adjust(k, ka, 2 * ktr, kls[2], 2 * krr, kls[1])
   rput(KEYS[1], k, krr, ktr, kls, now)
 end
--- Each window bucket: its level less the delta, floored at minus twice
--- its capacity by a debit and capped at its capacity, as a per-minute
--- tokens bucket's.
+-- Each window bucket with a delta (the caller sends no other: one with
+-- none is left alone, its clock too): refilled up to now at the figure of
+-- its latest admission, not at the reconcile's (the admission's, maybe
+-- changed since), created full at the reconcile's if absent; then its
+-- level less the delta, floored at minus twice that figure by a debit and
+-- capped at it, as a per-minute tokens bucket's. The figure is kept.
 local spec = ARGV[14]
 for i = 1, nw do
-  local f, p, d = struct.unpack(RSPEC, spec, i * 24 - 23)
+  local rf, p, d = struct.unpack(RSPEC, spec, i * 24 - 23)
   local key = KEYS[base + i]
-  local last, l, fr = wget(key, now, f, p)
+  local last, l, fr, f = wget(key, now, nil, p, rf)
   l = l - d
   if d > 0 and l < -2 * f then l = -2 * f end
   if l >= f then l, fr = f, 0 end
