@@ -35,7 +35,7 @@ func TestLimiterFillsMemoryIDTable(t *testing.T) {
 		for i := range tb.shards {
 			sh := &tb.shards[i]
 			sh.mu.Lock()
-			records += len(sh.admits) + len(sh.recons)
+			records += sh.admits.Len() + sh.recons.Len()
 			sh.mu.Unlock()
 		}
 	}
