@@ -47,8 +47,8 @@ type idTable struct {
 
 type idShard struct {
 	mu     sync.Mutex
-	admits *idrecord.Record[Decision] // admitted, by ID
-	recons *idrecord.Record[struct{}] // applied, by ID
+	admits *idrecord.Record[string, Decision] // admitted, by ID
+	recons *idrecord.Record[string, struct{}] // applied, by ID
 }
 
 // newIDTable returns a table holding at most admits and recons identities
@@ -57,8 +57,8 @@ func newIDTable(admits, recons int) *idTable {
 	t := &idTable{seed: maphash.MakeSeed()}
 	for i := range t.shards {
 		t.shards[i] = idShard{
-			admits: idrecord.New[Decision](memAdmitIDLife, (admits+idShards-1)/idShards),
-			recons: idrecord.New[struct{}](memReconcileIDLife, (recons+idShards-1)/idShards),
+			admits: idrecord.New[string, Decision](memAdmitIDLife, (admits+idShards-1)/idShards),
+			recons: idrecord.New[string, struct{}](memReconcileIDLife, (recons+idShards-1)/idShards),
 		}
 	}
 	return t
@@ -99,7 +99,7 @@ func (t *idTable) shard(id string) *idShard {
 
 // put records id in r, forgetting r's oldest identity for room when r is
 // full (counted in t.forgotten).
-func put[V any](t *idTable, r *idrecord.Record[V], id string, v V, now int64) {
+func put[V any](t *idTable, r *idrecord.Record[string, V], id string, v V, now int64) {
 	for !r.Put(id, v, now) {
 		r.DropOldest()
 		t.forgotten.Add(1)

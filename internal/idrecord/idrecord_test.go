@@ -12,7 +12,7 @@ import (
 // is examined once.
 func TestExpiryPopsOnlyExpired(t *testing.T) {
 	const life, perSec = 30 * time.Second, 5_000
-	r := New[bool](life, 1<<20)
+	r := New[string, bool](life, 1<<20)
 	step := int64(time.Second / perSec)
 	for i := range 60 * perSec {
 		now := int64(i) * step
@@ -41,7 +41,7 @@ func TestExpiryPopsOnlyExpired(t *testing.T) {
 
 // TestGetHonoursLife: an identity is held for exactly its life.
 func TestGetHonoursLife(t *testing.T) {
-	r := New[int](time.Second, 8)
+	r := New[string, int](time.Second, 8)
 	r.Put("a", 7, 0)
 	if v, ok := r.Get("a", int64(time.Second)-1); !ok || v != 7 {
 		t.Errorf("Get just before the end of its life = %d, %v", v, ok)
@@ -55,7 +55,7 @@ func TestGetHonoursLife(t *testing.T) {
 // second Put, though its first slot comes to the ring's head before.
 func TestRenewedIdentityKept(t *testing.T) {
 	sec := int64(time.Second)
-	r := New[int](10*time.Second, 100)
+	r := New[string, int](10*time.Second, 100)
 	r.Put("a", 1, 0)
 	r.Put("a", 2, 5*sec)
 	for i := range 20 {
@@ -80,7 +80,7 @@ func TestRenewedIdentityKept(t *testing.T) {
 // makes room by expiry when it can, and DropOldest forgets the oldest.
 func TestBound(t *testing.T) {
 	sec := int64(time.Second)
-	r := New[int](10*time.Second, 3)
+	r := New[string, int](10*time.Second, 3)
 	for i := range 3 {
 		if !r.Put(strconv.Itoa(i), i, int64(i)*sec) {
 			t.Fatalf("Put %d refused", i)
@@ -116,7 +116,7 @@ func TestBound(t *testing.T) {
 // TestMemoryGivenBack: emptied after a burst, the record lets its ring
 // and map go.
 func TestMemoryGivenBack(t *testing.T) {
-	r := New[bool](time.Second, 1<<20)
+	r := New[string, bool](time.Second, 1<<20)
 	for i := range 10_000 {
 		r.Put(strconv.Itoa(i), true, 0)
 	}
