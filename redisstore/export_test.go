@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -43,4 +44,24 @@ func SetMaxCharges(n int) (restore func()) {
 	old := maxCharges
 	maxCharges = n
 	return func() { maxCharges = old }
+}
+
+// SeenIDs returns how many reconcile identities the store's leases hold
+// (expired ones not yet popped included), the most they hold, and how many
+// expiry has examined in all.
+func (s *Store) SeenIDs() (held, limit int, touched int64) {
+	s.seen.mu.Lock()
+	defer s.seen.mu.Unlock()
+	if s.seen.r == nil {
+		return 0, cmp.Or(s.seen.limit, seenIDLimit), 0
+	}
+	return s.seen.r.Len(), s.seen.r.Max(), s.seen.r.Touched()
+}
+
+// SetSeenBound sets the most reconcile identities the store's leases hold;
+// before its first reconcile.
+func (s *Store) SetSeenBound(n int) {
+	s.seen.mu.Lock()
+	defer s.seen.mu.Unlock()
+	s.seen.limit = n
 }

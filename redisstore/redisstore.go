@@ -385,12 +385,7 @@ type Store struct {
 	hedge       hedger       // the hedge delay and bounds (hedge.go)
 	poolSize    int          // a *redis.Client's PoolSize (0: another client)
 
-	// seen holds, with leases, the identities of recent reconciles: those
-	// absorbed by this process's leases (a repeat is not applied again),
-	// and those sent to Redis (a repeat goes to Redis, which knows whether
-	// it was applied, never to a lease).
-	seen  sync.Map // ID -> seenReconcile
-	seenN atomic.Int64
+	seen seenRecord // with leases, recent reconciles' identities (lease.go)
 
 	charges chargeBook // the fallback's admissions to charge to Redis (charges.go)
 }
@@ -1158,43 +1153,6 @@ func reconcileKind(charge bool) byte {
 		return 'c'
 	}
 	return 'r'
-}
-
-// seenReconcile is what this process did with a reconcile's identity.
-type seenReconcile struct {
-	exp      time.Time
-	absorbed bool // applied to this process's leases; else sent to Redis
-}
-
-// noteSeen remembers what became of reconcile id, and now and then forgets
-// the expired ones.
-func (s *Store) noteSeen(id string, absorbed bool) {
-	if id == "" {
-		return
-	}
-	now := time.Now()
-	s.seen.Store(id, seenReconcile{exp: now.Add(reconcileIDLife), absorbed: absorbed})
-	if s.seenN.Add(1)%1024 == 0 {
-		s.seen.Range(func(k, v any) bool {
-			if now.After(v.(seenReconcile).exp) {
-				s.seen.Delete(k)
-			}
-			return true
-		})
-	}
-}
-
-// seenBefore reports whether reconcile id came lately, and whether it was
-// absorbed by a lease then.
-func (s *Store) seenBefore(id string) (seen, absorbed bool) {
-	if id == "" {
-		return false, false
-	}
-	v, ok := s.seen.Load(id)
-	if !ok || time.Now().After(v.(seenReconcile).exp) {
-		return false, false
-	}
-	return true, v.(seenReconcile).absorbed
 }
 
 // reconcileArgs are reconcile.lua's arguments (a charge's, reconcileargs.lua,
