@@ -23,7 +23,8 @@ import (
 func TestLeaseReconcileIdentityBounded(t *testing.T) {
 	_, c := redisrig.Start(t)
 	clk := llmratetest.NewClock()
-	s := redisrig.Stores(t, c, 1, redisstore.WithLeases(0.25), redisstore.WithClock(clk.Now))[0]
+	// A generous timeout: the run is long, and the machine may be busy.
+	s := redisrig.Stores(t, c, 1, redisstore.WithLeases(0.25), redisstore.WithClock(clk.Now), redisstore.WithTimeout(time.Second))[0]
 	huge := llmrate.Limits{RequestsPerMinute: llmrate.MaxPerMinute, TokensPerMinute: llmrate.MaxPerMinute}
 	ctx := context.Background()
 	const pairs, span = 300_000, 60 * time.Second
@@ -67,7 +68,7 @@ type leaseRig struct {
 func newLeaseRig(t *testing.T, opts ...redisstore.Option) *leaseRig {
 	_, c := redisrig.Start(t)
 	clk := llmratetest.NewClock()
-	s := redisrig.Stores(t, c, 1, append([]redisstore.Option{redisstore.WithLeases(0.25), redisstore.WithClock(clk.Now)}, opts...)...)[0]
+	s := redisrig.Stores(t, c, 1, append([]redisstore.Option{redisstore.WithLeases(0.25), redisstore.WithClock(clk.Now), redisstore.WithTimeout(time.Second)}, opts...)...)[0]
 	return &leaseRig{t: t, s: s, clk: clk, lim: llmrate.Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 1_000_000}}
 }
 
