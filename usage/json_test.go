@@ -1,6 +1,7 @@
 package usage_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -67,5 +68,52 @@ func BenchmarkScanJSONLargeEncodingJSON(b *testing.B) {
 		if err := json.Unmarshal(largeResponse, &v); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// oneKBResponse is the root package's BenchmarkMiddleware body (and
+// bench/peers_test.go's): a 1 KB OpenAI chat completion with usage, its
+// content one 750-byte string.
+var oneKBResponse = []byte(`{"id":"chatcmpl-abc123","object":"chat.completion","created":1732000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("word ", 150) + `","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":150,"total_tokens":169},"system_fingerprint":"fp_abc"}`)
+
+// BenchmarkScanJSON1KB: the scanner on BenchmarkMiddleware's 1 KB body,
+// written at once as its handler writes it.
+func BenchmarkScanJSON1KB(b *testing.B) { benchScanBody(b, oneKBResponse, 150) }
+
+// BenchmarkScanJSON1KBNoContent: the same body with its content "": what
+// the scan costs outside the 750-byte string.
+func BenchmarkScanJSON1KBNoContent(b *testing.B) { benchScanBody(b, oneKBNoContent, 150) }
+
+var oneKBNoContent = bytes.Replace(oneKBResponse, bytes.Repeat([]byte("word "), 150), nil, 1)
+
+// BenchmarkScanJSONLargeFloor and BenchmarkScanJSON1KBFloor: one
+// bytes.IndexByte pass over the same bytes for a byte they lack, the floor
+// of any scan that reads every byte.
+func BenchmarkScanJSON1KBFloor(b *testing.B)   { benchIndexByteFloor(b, oneKBResponse) }
+func BenchmarkScanJSONLargeFloor(b *testing.B) { benchIndexByteFloor(b, largeResponse) }
+
+func benchScanBody(b *testing.B, body []byte, output int64) {
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	s := usage.NewScanner("application/json", "")
+	for range b.N {
+		_, _ = s.Write(body)
+		if r := s.Finish(); r.Usage.OutputTokens != output {
+			b.Fatal("usage", r)
+		}
+		s.Reset("application/json", "")
+	}
+}
+
+var floorSink int
+
+func benchIndexByteFloor(b *testing.B, body []byte) {
+	if bytes.IndexByte(body, 0) >= 0 {
+		b.Fatal("the body holds the byte searched for")
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for range b.N {
+		floorSink += bytes.IndexByte(body, 0)
 	}
 }
