@@ -25,23 +25,25 @@ const (
 
 // Stops returns the flag bits of eight string bytes read as a
 // little-endian word: set at bytes that are a quote, a backslash or below
-// 0x20; the lowest flag is always exact. It inlines, for callers that test
-// a first word before calling Plain.
+// 0x20; the lowest flag is always exact (a borrow only flags bytes above a
+// true stop). It inlines, for callers that test a first word before
+// calling Plain.
+//
+// The quote and the control bytes are one test: x^0x02 maps 0x00–0x1f
+// onto itself and '"' (0x22) to 0x20, every other byte to 0x21 or above,
+// so they are the bytes of y below 0x21.
 func Stops(x uint64) uint64 {
-	q := x ^ (ones * '"')
+	y := x ^ (ones * 0x02)
 	s := x ^ (ones * '\\')
-	return (((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)) & highs
+	return (((y - ones*0x21) &^ y) | ((s - ones) &^ s)) & highs
 }
-
-// controls returns a word's flag bits for bytes below 0x20.
-func controls(x uint64) uint64 { return ((x - ones*0x20) &^ x) & highs }
 
 // Plain returns how many leading bytes of b are plain string content: not
 // '"', not '\\', not a control byte. It tests the first probe bytes eight
 // at a time (SWAR); past them the string is long, and it finds the next
-// quote and backslash with the runtime's vectorised bytes.IndexByte, then
-// tests the run before them for control bytes 64 bytes a step, in steps
-// of 256 bytes that double while they find no stop.
+// backslash with the runtime's vectorised bytes.IndexByte, then the first
+// quote or control byte before it 64 bytes a step (one SWAR test for both,
+// as in Stops), in steps of 256 bytes that double while they find no stop.
 func Plain(b []byte) int {
 	n := min(len(b), probe)
 	i := 0
@@ -61,13 +63,10 @@ func Plain(b []byte) int {
 	for step := window; i < len(b); step = min(2*step, maxWindow) {
 		w := b[i:min(len(b), i+step)]
 		end := len(w)
-		if q := bytes.IndexByte(w, '"'); q >= 0 {
-			end = q
-		}
-		if k := bytes.IndexByte(w[:end], '\\'); k >= 0 {
+		if k := bytes.IndexByte(w, '\\'); k >= 0 {
 			end = k
 		}
-		if c := firstControl(w[:end]); c < end || end < len(w) {
+		if c := firstQuoteOrControl(w[:end]); c < end || end < len(w) {
 			return i + c
 		}
 		i += len(w)
@@ -75,35 +74,36 @@ func Plain(b []byte) int {
 	return i
 }
 
-// firstControl returns the index of the first byte of s below 0x20, or
-// len(s).
-func firstControl(s []byte) int {
+// firstQuoteOrControl returns the index of the first '"' or byte below
+// 0x20 of s, or len(s).
+func firstQuoteOrControl(s []byte) int {
 	i := 0
 	for t := s; len(t) >= 64; t = t[64:] {
-		// controls of eight words, the mask applied once to their union
+		// eight words' flags, the mask applied once to their union
 		w := t[:64:64]
-		c := ctl(w[0:]) | ctl(w[8:]) | ctl(w[16:]) | ctl(w[24:]) | ctl(w[32:]) | ctl(w[40:]) | ctl(w[48:]) | ctl(w[56:])
+		c := qc(w[0:]) | qc(w[8:]) | qc(w[16:]) | qc(w[24:]) | qc(w[32:]) | qc(w[40:]) | qc(w[48:]) | qc(w[56:])
 		if c&highs != 0 {
 			break
 		}
 		i += 64
 	}
 	for ; i+8 <= len(s); i += 8 {
-		if m := controls(binary.LittleEndian.Uint64(s[i:])); m != 0 {
+		if m := qc(s[i:]) & highs; m != 0 {
 			return i + bits.TrailingZeros64(m)/8
 		}
 	}
 	for ; i < len(s); i++ {
-		if s[i] < 0x20 {
+		if c := s[i]; c == '"' || c < 0x20 {
 			return i
 		}
 	}
 	return i
 }
 
-// ctl is controls before its mask: the union of several words' ctl,
-// masked once, is the union of their controls.
-func ctl(b []byte) uint64 {
-	x := binary.LittleEndian.Uint64(b)
-	return (x - ones*0x20) &^ x
+// qc is Stops's quote-and-control test of the word at b[0:8], before its
+// mask: the union of several words' qc, masked once, flags a stop in one
+// of them; one word's masked qc has its lowest flag exact.
+func qc(b []byte) uint64 {
+	y := binary.LittleEndian.Uint64(b) ^ (ones * 0x02)
+	return (y - ones*0x21) &^ y
 }

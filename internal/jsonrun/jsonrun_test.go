@@ -1,6 +1,8 @@
 package jsonrun
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"math/rand/v2"
 	"testing"
 )
@@ -81,5 +83,38 @@ func TestPlainAtEveryWindowEdge(t *testing.T) {
 	}
 	if got := Plain(b); got != size {
 		t.Fatalf("no stop in %d bytes: Plain = %d", size, got)
+	}
+}
+
+// TestStopsLowestFlag: Stops's lowest flag is the first quote, backslash
+// or control byte of a word, for every pair of byte values at every pair
+// of positions, the rest of the word plain.
+func TestStopsLowestFlag(t *testing.T) {
+	for i := range 8 {
+		for j := i + 1; j < 8; j++ {
+			for a := range 256 {
+				for b := range 256 {
+					var w [8]byte
+					for k := range w {
+						w[k] = 'a'
+					}
+					w[i], w[j] = byte(a), byte(b)
+					want := 8
+					for k, c := range w {
+						if c == '"' || c == '\\' || c < 0x20 {
+							want = k
+							break
+						}
+					}
+					got := 8
+					if m := Stops(binary.LittleEndian.Uint64(w[:])); m != 0 {
+						got = bits.TrailingZeros64(m) / 8
+					}
+					if got != want {
+						t.Fatalf("Stops(%q): first stop %d, want %d", w, got, want)
+					}
+				}
+			}
+		}
 	}
 }
