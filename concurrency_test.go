@@ -362,13 +362,13 @@ func TestConcurrencyLimitsEndpoint(t *testing.T) {
 		llmrate.WithTierResolver(llmrate.StaticTiers{"sk-dev": llmrate.Developer, "sk-ent": llmrate.Enterprise}),
 		llmrate.WithModel(modelHeaderExtractor), llmrate.WithModelLimits(llmrate.ModelLimits{"o3": o3}))
 	require.NoError(t, err)
-	docs := llmrate.DefaultDocsURL
-	assert.Equal(t, jsonMap(t, `{"tier":"developer","requestsPerMin":1000,"tokensPerMin":2000000,"concurrentRequests":8,"docs":"`+docs+`",
+	docs := "" // no link by default
+	assert.Equal(t, jsonMap(t, `{"tier":"developer","requestsPerMin":1000,"tokensPerMin":2000000,"concurrentRequests":8`+docs+`,
 		"models":{"o3":{"requestsPerMin":5,"tokensPerMin":9,"concurrentRequests":2}}}`), limitsOf(t, l, "sk-dev"))
-	assert.Equal(t, jsonMap(t, `{"tier":"free","requestsPerMin":100,"tokensPerMin":200000,"docs":"`+docs+`",
+	assert.Equal(t, jsonMap(t, `{"tier":"free","requestsPerMin":100,"tokensPerMin":200000`+docs+`,
 		"models":{"o3":{"requestsPerMin":5,"tokensPerMin":9}}}`), limitsOf(t, l, "sk-free"), "0: no member")
-	assert.Equal(t, jsonMap(t, `{"tier":"enterprise","requestsPerMin":null,"tokensPerMin":null,"note":"`+llmrate.EnterpriseNote+`","docs":"`+docs+`",
+	assert.Equal(t, jsonMap(t, `{"tier":"enterprise","requestsPerMin":null,"tokensPerMin":null,"note":"`+llmrate.EnterpriseNote+`"`+docs+`,
 		"models":{"o3":{"requestsPerMin":null,"tokensPerMin":null}}}`), limitsOf(t, l, "sk-ent"), "never beside null figures")
-	assert.Equal(t, jsonMap(t, `{"tier":"free","requestsPerMin":7,"tokensPerMin":70,"concurrentRequests":3,"docs":"`+docs+`",
+	assert.Equal(t, jsonMap(t, `{"tier":"free","requestsPerMin":7,"tokensPerMin":70,"concurrentRequests":3`+docs+`,
 		"models":{"o3":{"requestsPerMin":5,"tokensPerMin":9}}}`), limitsOf(t, l, "sk-o"))
 }

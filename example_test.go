@@ -62,8 +62,8 @@ func ExampleWithTierResolver() {
 		fmt.Print(w.Body.String(), "\n")
 	}
 	// Output:
-	// {"tier":"growth","requestsPerMin":5000,"tokensPerMin":10000000,"docs":"https://github.com/llmrate/llmrate/blob/main/docs/limits.md#semantics"}
-	// {"tier":"free","requestsPerMin":100,"tokensPerMin":200000,"docs":"https://github.com/llmrate/llmrate/blob/main/docs/limits.md#semantics"}
+	// {"tier":"growth","requestsPerMin":5000,"tokensPerMin":10000000}
+	// {"tier":"free","requestsPerMin":100,"tokensPerMin":200000}
 }
 
 // Many keys can share one workspace's allowance.

@@ -3,6 +3,8 @@ package llmrate
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"time"
 )
 
 // EnterpriseNote is what the limits endpoint says instead of Enterprise's
@@ -10,41 +12,72 @@ import (
 const EnterpriseNote = "Limits on this plan are set in your agreement."
 
 type limitsBody struct {
-	Tier           string              `json:"tier"`
-	RequestsPerMin *int64              `json:"requestsPerMin"`
-	TokensPerMin   *int64              `json:"tokensPerMin"`
+	Tier           string              `json:"tier,omitempty"`
+	Plan           string              `json:"plan,omitempty"`
+	RequestsPerMin figure              `json:"requestsPerMin"`
+	TokensPerMin   figure              `json:"tokensPerMin"`
 	Concurrent     int64               `json:"concurrentRequests,omitempty"`
 	Windows        []windowRow         `json:"windows,omitempty"`
 	Note           string              `json:"note,omitempty"`
 	Models         map[string]limitRow `json:"models,omitempty"`
-	Docs           string              `json:"docs"`
+	Docs           string              `json:"docs,omitempty"`
 }
 
 // limitRow is one model entry's figures; both null on Enterprise.
 type limitRow struct {
-	RequestsPerMin *int64      `json:"requestsPerMin"`
-	TokensPerMin   *int64      `json:"tokensPerMin"`
+	RequestsPerMin figure      `json:"requestsPerMin"`
+	TokensPerMin   figure      `json:"tokensPerMin"`
 	Concurrent     int64       `json:"concurrentRequests,omitempty"`
 	Windows        []windowRow `json:"windows,omitempty"`
 }
 
-// windowRow is one window's figures (Limits.Windows): its non-zero meters.
+// figure is a per-minute figure as the endpoint shows it: a number, the
+// string "unlimited" for Unlimited, or null where it is not published
+// (Enterprise).
+type figure struct {
+	v   int64
+	set bool
+}
+
+func shown(v int64) figure { return figure{v: v, set: true} }
+
+// MarshalJSON writes the figure: a number, "unlimited" or null.
+func (f figure) MarshalJSON() ([]byte, error) {
+	switch {
+	case !f.set:
+		return []byte("null"), nil
+	case f.v == Unlimited:
+		return []byte(`"unlimited"`), nil
+	}
+	return strconv.AppendInt(nil, f.v, 10), nil
+}
+
+// windowRow is one window's figures (Limits.Windows): its non-zero meters,
+// and for a calendar window its calendar, zone and the next period's start.
 type windowRow struct {
-	Seconds      float64 `json:"seconds"`
+	Seconds      float64 `json:"seconds,omitempty"`
+	Calendar     string  `json:"calendar,omitempty"`
+	Zone         string  `json:"zone,omitempty"`
+	ResetsAt     string  `json:"resetsAt,omitempty"`
+	Session      bool    `json:"session,omitempty"`
 	Requests     int64   `json:"requests,omitempty"`
 	Tokens       int64   `json:"tokens,omitempty"`
 	InputTokens  int64   `json:"inputTokens,omitempty"`
 	OutputTokens int64   `json:"outputTokens,omitempty"`
 }
 
-// windowRows lists ws for the endpoint; nil when there are none.
-func windowRows(ws []Window) []windowRow {
+// windowRows lists ws for the endpoint at now; nil when there are none.
+func windowRows(ws []Window, now time.Time) []windowRow {
 	if len(ws) == 0 {
 		return nil
 	}
 	rows := make([]windowRow, len(ws))
 	for i, w := range ws {
-		rows[i] = windowRow{Seconds: w.Per.Seconds(), Requests: w.Requests, Tokens: w.Tokens, InputTokens: w.InputTokens, OutputTokens: w.OutputTokens}
+		rows[i] = windowRow{Seconds: w.Per.Seconds(), Session: w.Session, Requests: w.Requests, Tokens: w.Tokens, InputTokens: w.InputTokens, OutputTokens: w.OutputTokens}
+		if w.Calendar != NoCalendar {
+			_, end := periodOf(w, now)
+			rows[i].Calendar, rows[i].Zone, rows[i].ResetsAt = w.Calendar.String(), zoneName(w.Zone), end.In(w.Zone).Format(time.RFC3339)
+		}
 	}
 	return rows
 }
@@ -85,30 +118,11 @@ func (l *Limiter) LimitsHandler() http.Handler {
 			writeError(w, r, status, "invalid_request_error", code, msg)
 			return
 		}
-		tier, err := l.resolveTier(r, a.ws)
-		a.tier = tier
-		a.plan = tier.String()
-		var o Limits
-		var overridden bool
-		if err == nil {
-			o, overridden, err = l.safeOverride(r, a.ws)
-		}
+		body, err := l.limitsRow(r, &a)
 		if err != nil {
 			l.failOpen(&a, "limits", err)
 			writeError(w, r, http.StatusInternalServerError, "server_error", "internal_error", "The limits could not be read.")
 			return
-		}
-		body := limitsBody{Tier: tier.String(), Docs: l.cfg.docsURL, Models: l.modelRows(tier)}
-		switch {
-		case overridden:
-			body.RequestsPerMin, body.TokensPerMin, body.Concurrent = &o.RequestsPerMinute, &o.TokensPerMinute, o.ConcurrentRequests
-			body.Windows = windowRows(o.Windows)
-		case tier == Enterprise:
-			body.Note = EnterpriseNote
-		default:
-			lim := l.cfg.tiers.For(tier)
-			body.RequestsPerMin, body.TokensPerMin, body.Concurrent = &lim.RequestsPerMinute, &lim.TokensPerMinute, lim.ConcurrentRequests
-			body.Windows = windowRows(lim.Windows)
 		}
 		b, _ := json.Marshal(body)
 		w.Header().Set("Content-Type", "application/json")
@@ -144,10 +158,48 @@ func (l *Limiter) safeOverride(r *http.Request, ws string) (o Limits, ok bool, e
 	return l.override(r.Context(), ws)
 }
 
-// modelRows lists every model entry's figures for tier (nil without model
-// limits); Enterprise's are null.
-func (l *Limiter) modelRows(tier Tier) map[string]limitRow {
-	t := l.models
+// limitsRow is the caller's row: its plan's, or its tier's or override's.
+func (l *Limiter) limitsRow(r *http.Request, a *admission) (limitsBody, error) {
+	now := l.cfg.clock()
+	if l.cfg.plans != nil {
+		cp, err := l.resolvePlan(r.Context(), a.ws)
+		if err != nil {
+			return limitsBody{}, err
+		}
+		a.plan = cp.name
+		lim := cp.ws
+		return limitsBody{Plan: cp.name, Docs: l.cfg.docsURL, Models: modelRows(cp.models, Free, now),
+			RequestsPerMin: shown(lim.RequestsPerMinute), TokensPerMin: shown(lim.TokensPerMinute), Concurrent: lim.ConcurrentRequests,
+			Windows: windowRows(lim.Windows, now)}, nil
+	}
+	tier, err := l.resolveTier(r, a.ws)
+	a.tier, a.plan = tier, tier.String()
+	var o Limits
+	var overridden bool
+	if err == nil {
+		o, overridden, err = l.safeOverride(r, a.ws)
+	}
+	if err != nil {
+		return limitsBody{}, err
+	}
+	body := limitsBody{Tier: tier.String(), Docs: l.cfg.docsURL, Models: modelRows(l.models, tier, now)}
+	switch {
+	case overridden:
+		body.RequestsPerMin, body.TokensPerMin, body.Concurrent = shown(o.RequestsPerMinute), shown(o.TokensPerMinute), o.ConcurrentRequests
+		body.Windows = windowRows(o.Windows, now)
+	case tier == Enterprise:
+		body.Note = EnterpriseNote
+	default:
+		lim := l.cfg.tiers.For(tier)
+		body.RequestsPerMin, body.TokensPerMin, body.Concurrent = shown(lim.RequestsPerMinute), shown(lim.TokensPerMinute), lim.ConcurrentRequests
+		body.Windows = windowRows(lim.Windows, now)
+	}
+	return body, nil
+}
+
+// modelRows lists every model entry's figures of t for tier (nil without
+// model limits); Enterprise's are null.
+func modelRows(t *modelTable, tier Tier, now time.Time) map[string]limitRow {
 	if t == nil {
 		return nil
 	}
@@ -158,8 +210,8 @@ func (l *Limiter) modelRows(tier Tier) map[string]limitRow {
 			return
 		}
 		lim := tt.For(tier)
-		rows[name] = limitRow{RequestsPerMin: &lim.RequestsPerMinute, TokensPerMin: &lim.TokensPerMinute, Concurrent: lim.ConcurrentRequests,
-			Windows: windowRows(lim.Windows)}
+		rows[name] = limitRow{RequestsPerMin: shown(lim.RequestsPerMinute), TokensPerMin: shown(lim.TokensPerMinute), Concurrent: lim.ConcurrentRequests,
+			Windows: windowRows(lim.Windows, now)}
 	}
 	for name, tt := range t.exact {
 		add(name, tt)

@@ -25,7 +25,9 @@ type Limiter struct {
 	failOpens atomic.Int64
 	models    *modelTable // WithModelLimits, compiled; nil: none
 	trackers  sync.Pool
-	solo      bool // each key is its own workspace, with equal figures
+	solo      bool // each key is its own workspace, with equal figures (a plan with Keys is not)
+	quotas    bool // the store is a QuotaStore: an entry's request is sent the plan's figures it is also held to
+	planCache planCache
 
 	shadowRefusals atomic.Int64
 	shed           atomic.Int64 // WithMaxInFlight: requests shed (in shadow mode: would have been)
@@ -56,6 +58,7 @@ func New(opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{cfg: c, log: c.logger, models: c.models, solo: c.workspace == nil && c.keyTiers == nil}
+	_, l.quotas = c.store.(QuotaStore)
 	if c.calibrate {
 		l.calib = newCalibration()
 	}
@@ -123,6 +126,13 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 type admission struct {
 	key, ws string
 	tier    Tier
+	// pkl and pwl are, for a request on a model entry, the plan's figures
+	// (tier row, override, or Plan) the entry sits under: their windows and
+	// gauges hold the request as well (AdmitRequest.KeyPlan,
+	// WorkspacePlan). Zero otherwise.
+	pkl, pwl Limits
+	solo     bool // AdmitRequest.Solo
+	named    bool // the plan is WithPlans' (messages say "plan", not "tier")
 	// plan is the name of the plan in force (DecisionEvent.Plan): the
 	// tier's name without WithPlans.
 	plan   string
@@ -262,19 +272,9 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 	}()
 	c := l.cfg
 	ctx := r.Context()
-	tier := knownTier(c.resolver.ResolveTier(ctx, a.ws))
-	a.tier = tier
-	a.plan = tier.String()
-	a.wl = c.tiers.For(tier)
-	a.kl = a.wl
-	if c.keyTiers != nil {
-		a.kl = c.keyTiers.For(tier)
-	}
-	if !l.applyModel(a) {
-		if err := l.applyOverride(ctx, a); err != nil {
-			l.failOpen(a, "admit", err)
-			return false
-		}
+	if err := l.figures(ctx, a); err != nil {
+		l.failOpen(a, "admit", err)
+		return false
 	}
 	a.raw = max(1, c.estimator(r))
 	a.est = a.raw
@@ -288,7 +288,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		// With a priority reserve, the capacity is what the reserve
 		// leaves: ⌊(1 − r) × capacity⌋ grows with the capacity, so the
 		// smallest bucket's is the smallest.
-		c := smallestTokensCapacity(a.kl, a.wl)
+		c := smallestTokensCapacity(a.kl, a.wl, a.pkl, a.pwl)
 		c -= ReserveFloor(a.reserve, c)
 		if a.raw > c {
 			a.est = a.raw
@@ -296,7 +296,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 			a.est = c
 		}
 	}
-	windows := windowed(a.kl, a.wl)
+	windows := a.windowed()
 	if windows {
 		a.input = a.raw
 		if l.bodyEst {
@@ -304,8 +304,9 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		}
 	}
 	a.now = c.clock()
-	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: a.est, InputTokens: a.input, Solo: l.solo, Now: a.now, Reserve: a.reserve}
-	if a.kl.ConcurrentRequests > 0 || a.wl.ConcurrentRequests > 0 {
+	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, KeyPlan: a.pkl, WorkspacePlan: a.pwl,
+		Tokens: a.est, InputTokens: a.input, Solo: a.solo, Now: a.now, Reserve: a.reserve}
+	if a.kl.ConcurrentRequests > 0 || a.wl.ConcurrentRequests > 0 || a.pkl.ConcurrentRequests > 0 || a.pwl.ConcurrentRequests > 0 {
 		// Its slots are released by the reconcile carrying this identity.
 		a.gauged = true
 		req.ID = NewAdmissionID()
@@ -347,7 +348,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		a.d.Window = time.Minute
 	}
 	if o := c.observer; o != nil {
-		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Tier: tier, Plan: a.plan, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow, Class: a.class}
+		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Tier: a.tier, Plan: a.plan, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow, Class: a.class}
 		if a.d.Allowed {
 			ev.Wait = a.d.Wait
 		}
@@ -435,14 +436,14 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 		l.calib.record(a.ws, a.model, a.raw, ev.Actual)
 	}
 	t.sendTrailers(ev.Actual)
-	windows := windowed(a.kl, a.wl)
+	windows := a.windowed()
 	if ev.Actual != a.est || a.gauged || windows {
 		// The clock is read again: the charge lands when the response ended,
 		// as it does on a store with its own clock. A gauged admission is
 		// reconciled whatever its charge: the reconcile releases its slots.
 		// Windows' input and output meters are charged apart (§18).
-		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: ev.Actual, Solo: l.solo, Now: l.cfg.clock(),
-			ID: a.id, Receipt: a.d.Receipt}
+		req := a.reconcileRequest(l.cfg.clock())
+		req.Actual = ev.Actual
 		if windows {
 			u := chargedUsage(res, a.input, cut)
 			req.InputEstimate, req.InputActual, req.OutputActual = a.input, max(0, u.InputTokens-u.CachedInputTokens), max(0, u.OutputTokens)
@@ -469,8 +470,8 @@ func (l *Limiter) finishBusy(t *tracker) {
 	}
 	if a.gauged {
 		// The estimate stands; the reconcile only releases the slots.
-		req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: a.est, Solo: l.solo, Now: l.cfg.clock(),
-			ID: a.id, Receipt: a.d.Receipt, InputEstimate: a.input, InputActual: a.input}
+		req := a.reconcileRequest(l.cfg.clock())
+		req.InputEstimate, req.InputActual = a.input, a.input
 		l.reconcile(context.Background(), a, req)
 	}
 	if o := l.cfg.observer; o != nil {

@@ -155,16 +155,3 @@ func (l *Limiter) identifyModel(r *http.Request, a *admission) (status int, code
 	a.model = m
 	return 0, "", "", nil
 }
-
-// applyModel holds a request whose model has an entry to that entry's
-// buckets and figures. It reports whether an entry applied.
-func (l *Limiter) applyModel(a *admission) bool {
-	name, tt, ok := l.models.match(a.model)
-	if !ok {
-		return false
-	}
-	a.entry = name
-	a.wl = tt.For(a.tier)
-	a.kl = a.wl
-	return true
-}

@@ -125,14 +125,18 @@ func (m *model) entryOf(name string) (string, bool) {
 // is true when an invalid override lets it through unchecked.
 func (m *model) limits(ws, name string) (entry string, lim llmrate.Limits, failOpen bool) {
 	tier := m.tierOf[ws]
+	// An override is the workspace's figures in force: an entry's request
+	// is held to its windows and gauge too, so an invalid one fails every
+	// request of the workspace open, on an entry or not.
+	o, overridden := m.over[ws]
+	bad := func(v int64) bool { return v < 1 || v > 1_000_000_000_000 }
+	if overridden && (bad(o.RequestsPerMinute) || bad(o.TokensPerMinute)) {
+		return "", llmrate.Limits{}, true
+	}
 	if e, ok := m.entryOf(name); ok {
 		return e, m.models[e].For(tier), false
 	}
-	if o, ok := m.over[ws]; ok {
-		bad := func(v int64) bool { return v < 1 || v > 1_000_000_000_000 }
-		if bad(o.RequestsPerMinute) || bad(o.TokensPerMinute) {
-			return "", llmrate.Limits{}, true
-		}
+	if overridden {
 		return "", o, false
 	}
 	return "", m.tiers.For(tier), false
@@ -298,7 +302,7 @@ func runModelSequence(seed uint64, solo bool, decisions *atomic.Int64) error {
 				overrides.del(ws)
 				delete(m.over, ws)
 			case 1: // invalid
-				o := []llmrate.Limits{{RequestsPerMinute: 0, TokensPerMinute: 10}, {RequestsPerMinute: 5, TokensPerMinute: -1}, {RequestsPerMinute: 1_000_000_000_001, TokensPerMinute: 10}}[r.IntN(3)]
+				o := []llmrate.Limits{{RequestsPerMinute: 0, TokensPerMinute: 10}, {RequestsPerMinute: 5, TokensPerMinute: -2}, {RequestsPerMinute: 1_000_000_000_001, TokensPerMinute: 10}}[r.IntN(3)]
 				overrides.set(ws, o)
 				m.over[ws] = o
 			default:

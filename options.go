@@ -3,6 +3,7 @@ package llmrate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -44,8 +45,16 @@ type config struct {
 	models      *modelTable
 	overrides   OverrideResolver
 	shadow      bool
-	errs        []error
-	nilOptions  int
+	// Plans (plan.go): the resolver, the plan of a workspace it does not
+	// know, and which tier options were set (they exclude WithPlans).
+	plans         PlanResolver
+	otherwise     Plan
+	otherwisePlan *compiledPlan
+	plansSet      bool
+	tiersSet      bool
+	resolverSet   bool
+	errs          []error
+	nilOptions    int
 
 	// What a request costs (cost.go, calibration.go).
 	cost      func(model string, u usage.Usage) int64
@@ -111,13 +120,14 @@ func WithTierResolver(r TierResolver) Option {
 			c.fail("WithTierResolver", errNil)
 		}
 		c.resolver = r
+		c.resolverSet = true
 	})
 }
 
 // WithTiers sets the figures of every tier. Default: DefaultTiers(). Each
 // figure must be in [1, MaxPerMinute].
 func WithTiers(t TierTable) Option {
-	return optionFunc(func(c *config) { c.tiers = t })
+	return optionFunc(func(c *config) { c.tiers, c.tiersSet = t, true })
 }
 
 // WithKeyTiers caps each key's own buckets at these figures instead of its
@@ -255,14 +265,17 @@ func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) { c.observer = o })
 }
 
-// WithDocsURL sets the link the 429 message and the limits endpoint point to.
+// WithDocsURL sets the link the 429 message ("See <u>") and the limits
+// endpoint ("docs") point the operator's customers to: the operator's own
+// page about its plans. Default: DefaultDocsURL, no link at all.
 func WithDocsURL(u string) Option {
 	return optionFunc(func(c *config) { c.docsURL = u })
 }
 
-// DefaultDocsURL is the default link in the limits endpoint's answer: the
-// guide to the limits' semantics (the README moved it to docs/limits.md).
-const DefaultDocsURL = "https://github.com/llmrate/llmrate/blob/main/docs/limits.md#semantics"
+// DefaultDocsURL is the default link: none. The 429 message then ends
+// after its Retry-After sentence and the limits endpoint has no "docs":
+// a limiter never sends an operator's customers to this library's pages.
+const DefaultDocsURL = ""
 
 // DefaultMaxInjectBody bounds the request body WithStreamUsage reads to
 // rewrite: at most this much is held in memory per request being rewritten.
@@ -308,6 +321,7 @@ func newConfig(opts []Option) (*config, error) {
 	if c.models != nil && c.model == nil {
 		c.fail("WithModelLimits", errors.New("needs WithModel: no request would name a model"))
 	}
+	c.checkPlans()
 	if c.headers > HeadersIETF {
 		c.fail("WithRateLimitHeaders", errors.New("unknown header style"))
 	}
@@ -320,6 +334,7 @@ func newConfig(opts []Option) (*config, error) {
 	if !c.reconcileQueueSet {
 		c.reconcileQueue = DefaultReconcileQueue
 	}
+	c.checkQuotaStore()
 	if m, ok := c.store.(*MemoryStore); ok && m.Err() != nil {
 		c.errs = append(c.errs, m.Err()) // already *ConfigErrors, naming the memory option
 	}
@@ -333,3 +348,46 @@ func newConfig(opts []Option) (*config, error) {
 type allFree struct{}
 
 func (allFree) ResolveTier(context.Context, string) (Tier, bool) { return Free, false }
+
+// checkQuotaStore refuses what only a QuotaStore keeps, on a store that is
+// not one: a quota is never silently missing.
+func (c *config) checkQuotaStore() {
+	if _, ok := c.store.(QuotaStore); ok {
+		return
+	}
+	fail := func(option, what string) {
+		c.fail(option, fmt.Errorf("%s needs a store that keeps quotas (llmrate.QuotaStore); %T is not one", what, c.store))
+	}
+	if c.plansSet {
+		fail("WithPlans", "plans")
+		return
+	}
+	tables := []struct {
+		name string
+		tt   *TierTable
+	}{{"WithTiers", &c.tiers}, {"WithKeyTiers", c.keyTiers}}
+	for _, t := range tables {
+		if t.tt == nil {
+			continue
+		}
+		for tier := Tier(0); tier < tierCount; tier++ {
+			l := t.tt.For(tier)
+			if l.quotas() {
+				fail(t.name, "an Unlimited figure, a calendar or a session window")
+				return
+			}
+			if c.modelLimits != nil && (len(l.Windows) > 0 || l.ConcurrentRequests > 0) {
+				fail("WithModelLimits", "model entries under figures with windows or a gauge (an entry adds to them)")
+				return
+			}
+		}
+	}
+	for name, tt := range c.modelLimits {
+		for tier := Tier(0); tier < tierCount; tier++ {
+			if tt.For(tier).quotas() {
+				fail("WithModelLimits", fmt.Sprintf("model %q: an Unlimited figure, a calendar or a session window", name))
+				return
+			}
+		}
+	}
+}

@@ -82,7 +82,7 @@ func (l *Limiter) applyOverride(ctx context.Context, a *admission) error {
 	a.kl = o
 	if kt := l.cfg.keyTiers; kt != nil {
 		k := kt.For(a.tier)
-		a.kl = Limits{RequestsPerMinute: min(k.RequestsPerMinute, o.RequestsPerMinute), TokensPerMinute: min(k.TokensPerMinute, o.TokensPerMinute),
+		a.kl = Limits{RequestsPerMinute: tighterRate(k.RequestsPerMinute, o.RequestsPerMinute), TokensPerMinute: tighterRate(k.TokensPerMinute, o.TokensPerMinute),
 			ConcurrentRequests: tighterCap(k.ConcurrentRequests, o.ConcurrentRequests), Windows: combineWindows(k.Windows, o.Windows)}
 	}
 	return nil
@@ -95,6 +95,18 @@ func tighterCap(a, b int64) int64 {
 	case a == 0:
 		return b
 	case b == 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// tighterRate combines two per-minute figures: the lower one, Unlimited
+// yielding to any figure.
+func tighterRate(a, b int64) int64 {
+	switch {
+	case a == Unlimited:
+		return b
+	case b == Unlimited:
 		return a
 	}
 	return min(a, b)

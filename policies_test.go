@@ -120,7 +120,7 @@ func TestModelRefusalMessageAndHeaders(t *testing.T) {
 		w = h.sendAs("k2", "team", "gpt-4o-mini", 4*600) // k2's own buckets have room; the workspace's do not
 		require.Equal(t, http.StatusTooManyRequests, w.Code)
 		// 100 tokens short at 1,000/min: 6 s.
-		assert.Equal(t, "Rate limit reached for gpt-4o* in this workspace on tokens per minute on the free tier: limit 1000 per minute, burst 2000. Please try again in 6s. See "+llmrate.DefaultDocsURL,
+		assert.Equal(t, "Rate limit reached for gpt-4o* in this workspace on tokens per minute on the free tier: limit 1000 per minute, burst 2000. Please try again in 6s.",
 			decodeErr(t, w).Error.Message)
 		if style == llmrate.HeadersOpenAI {
 			assert.Equal(t, "500", w.Header().Get(llmrate.HeaderRemainingTokens), "the binding bucket: the workspace's for the model")
@@ -184,15 +184,15 @@ func TestLimitsEndpointModelsAndOverrides(t *testing.T) {
 	l, err := llmrate.New(llmrate.WithTierResolver(tiers), llmrate.WithOverrides(over), llmrate.WithModel(modelHeaderExtractor),
 		llmrate.WithModelLimits(llmrate.ModelLimits{"gpt-4o*": gpt, "o3": uniform(llmrate.Limits{RequestsPerMinute: 5, TokensPerMinute: 9})}))
 	require.NoError(t, err)
-	docs := llmrate.DefaultDocsURL
-	assert.Equal(t, jsonMap(t, `{"tier":"developer","requestsPerMin":1000,"tokensPerMin":2000000,"docs":"`+docs+`",
+	docs := "" // no link by default
+	assert.Equal(t, jsonMap(t, `{"tier":"developer","requestsPerMin":1000,"tokensPerMin":2000000`+docs+`,
 		"models":{"gpt-4o*":{"requestsPerMin":700,"tokensPerMin":70000},"o3":{"requestsPerMin":5,"tokensPerMin":9}}}`), limitsOf(t, l, "sk-dev"))
-	assert.Equal(t, jsonMap(t, `{"tier":"enterprise","requestsPerMin":null,"tokensPerMin":null,"note":"`+llmrate.EnterpriseNote+`","docs":"`+docs+`",
+	assert.Equal(t, jsonMap(t, `{"tier":"enterprise","requestsPerMin":null,"tokensPerMin":null,"note":"`+llmrate.EnterpriseNote+`"`+docs+`,
 		"models":{"gpt-4o*":{"requestsPerMin":null,"tokensPerMin":null},"o3":{"requestsPerMin":null,"tokensPerMin":null}}}`), limitsOf(t, l, "sk-ent"))
-	assert.Equal(t, jsonMap(t, `{"tier":"enterprise","requestsPerMin":12345,"tokensPerMin":6789000,"docs":"`+docs+`",
+	assert.Equal(t, jsonMap(t, `{"tier":"enterprise","requestsPerMin":12345,"tokensPerMin":6789000`+docs+`,
 		"models":{"gpt-4o*":{"requestsPerMin":null,"tokensPerMin":null},"o3":{"requestsPerMin":null,"tokensPerMin":null}}}`), limitsOf(t, l, "sk-ent-o"),
 		"an override is reported for Enterprise too: a configured figure is not a guess")
-	assert.Equal(t, jsonMap(t, `{"tier":"free","requestsPerMin":12345,"tokensPerMin":6789000,"docs":"`+docs+`",
+	assert.Equal(t, jsonMap(t, `{"tier":"free","requestsPerMin":12345,"tokensPerMin":6789000`+docs+`,
 		"models":{"gpt-4o*":{"requestsPerMin":500,"tokensPerMin":30000},"o3":{"requestsPerMin":5,"tokensPerMin":9}}}`), limitsOf(t, l, "sk-free-o"))
 
 	r := httptest.NewRequest(http.MethodGet, "/limits", nil)

@@ -98,7 +98,7 @@ func TestPriorityBatchGetsHalf(t *testing.T) {
 	w := h.sendClass("sk-1", "batch", 100)
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.Equal(t, "6", w.Header().Get("Retry-After"), "from 1,000 to 1,100 at 1,000 per minute: 6 s")
-	assert.Equal(t, "Rate limit reached for tokens per minute (key) on the free tier: limit 1000 per minute, burst 2000, of which 50% is kept for other traffic (priority class batch). Please try again in 6s. See "+llmrate.DefaultDocsURL,
+	assert.Equal(t, "Rate limit reached for tokens per minute (key) on the free tier: limit 1000 per minute, burst 2000, of which 50% is kept for other traffic (priority class batch). Please try again in 6s.",
 		decodeErr(t, w).Error.Message)
 
 	assert.Equal(t, http.StatusOK, h.sendClass("sk-1", "", 100).Code, "interactive admitted while batch is refused")
@@ -190,7 +190,7 @@ func TestPriorityWindow(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.Equal(t, "360", w.Header().Get("Retry-After"), "100 tokens at 1,000 per hour")
 	assert.Equal(t, "false", w.Header().Get(llmrate.HeaderShouldRetry))
-	assert.Equal(t, "Rate limit reached for tokens per hour (key) on the free tier: limit 1000 per hour, of which 50% is kept for other traffic (priority class batch). Please try again in 360s. See "+llmrate.DefaultDocsURL,
+	assert.Equal(t, "Rate limit reached for tokens per hour (key) on the free tier: limit 1000 per hour, of which 50% is kept for other traffic (priority class batch). Please try again in 360s.",
 		decodeErr(t, w).Error.Message)
 	assert.Equal(t, 5, h.burstClass("sk-1", "", 100, 30), "the default class: the rest")
 }
@@ -201,7 +201,7 @@ func TestPriorityNeverFits(t *testing.T) {
 	w := h.sendClass("sk-1", "batch", 1001)
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.Equal(t, "60", w.Header().Get("Retry-After"))
-	assert.Equal(t, "Request too large for tokens per minute (key): it needs 1001 tokens, more than the 1000 of the bucket's whole capacity of 2000 on the free tier that its class may use; 50% is kept for other traffic (priority class batch). Retrying will not help: send a smaller request or move to a larger tier. See "+llmrate.DefaultDocsURL,
+	assert.Equal(t, "Request too large for tokens per minute (key): it needs 1001 tokens, more than the 1000 of the bucket's whole capacity of 2000 on the free tier that its class may use; 50% is kept for other traffic (priority class batch). Retrying will not help: send a smaller request or move to a larger tier.",
 		decodeErr(t, w).Error.Message)
 	assert.Equal(t, http.StatusOK, h.sendClass("sk-1", "batch", 1000).Code, "exactly what the reserve leaves")
 	w = h.sendClass("sk-2", "batch", 2001)
@@ -395,7 +395,7 @@ func TestPriorityMessageNamesThePerMinuteBucket(t *testing.T) {
 	assert.Equal(t, 10, h.burstClass("sk-1", "batch", 100, 30), "the per-minute bucket's floor of 1,000 first")
 	w := h.sendClass("sk-1", "batch", 100)
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, "Rate limit reached for tokens per minute (key) on the free tier: limit 1000 per minute, burst 2000, of which 50% is kept for other traffic (priority class batch). Please try again in 6s. See "+llmrate.DefaultDocsURL,
+	assert.Equal(t, "Rate limit reached for tokens per minute (key) on the free tier: limit 1000 per minute, burst 2000, of which 50% is kept for other traffic (priority class batch). Please try again in 6s.",
 		decodeErr(t, w).Error.Message)
 }
 

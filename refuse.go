@@ -12,25 +12,31 @@ import (
 )
 
 // retryAfterSeconds turns a refusal into the Retry-After value: whole
-// seconds until the request fits in every bucket, rounded up, clamped to
-// 1…60, or past 60 when a window longer than a minute makes the request
-// wait longer (the store caps that wait at the window's Per; here at
-// MaxWindow); 60 when it can never fit.
+// seconds until the request fits in every bucket, rounded up, at least 1;
+// at most 60 for the per-minute buckets and rolling windows up to a
+// minute, past 60 when a longer window makes the request wait longer (the
+// store caps that wait at the window's Per, a calendar window's at its
+// period's end: here at maxQuotaWait); 60 when it can never fit.
 func retryAfterSeconds(d Decision) int64 {
 	if d.NeverFits {
 		return int64(MaxRetryAfter / time.Second)
 	}
 	s := ceilSeconds(d.RetryAfter)
 	if d.RetryAfter > MaxRetryAfter {
-		return min(s, int64(MaxWindow/time.Second))
+		return min(s, int64(maxQuotaWait/time.Second))
 	}
 	return min(max(s, 1), int64(MaxRetryAfter/time.Second))
 }
 
+// maxQuotaWait is the longest wait a refusal reports: a calendar month of
+// 31 days and a DST hour.
+const maxQuotaWait = 745 * time.Hour
+
 // HeaderShouldRetry is "false" on a 429 whose Retry-After exceeds 60
-// seconds (a window longer than a minute, e.g. a daily quota, is spent):
-// the official OpenAI and Anthropic SDKs then hand the wait to the caller
-// instead of sleeping and resending.
+// seconds (a window longer than a minute, e.g. a daily quota, is spent) and
+// on a 429 for a request that never fits: the official OpenAI and
+// Anthropic SDKs then hand the wait to the caller instead of sleeping and
+// resending. It is absent otherwise.
 const HeaderShouldRetry = "X-Should-Retry"
 
 // writeError writes an OpenAI-shaped error. The message never quotes the
@@ -50,7 +56,7 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, a *admission) {
 	secs := retryAfterSeconds(a.d)
 	h := w.Header()
 	h.Set(HeaderRetryAfter, strconv.FormatInt(secs, 10))
-	if secs > int64(MaxRetryAfter/time.Second) {
+	if secs > int64(MaxRetryAfter/time.Second) || a.d.NeverFits {
 		h.Set(HeaderShouldRetry, "false")
 	}
 	if l.cfg.headers != HeadersNone {
@@ -71,8 +77,8 @@ func refusalMessage(a *admission, secs int64, docs string) string {
 	if b.Concurrent() {
 		return concurrencyMessage(a, b, secs, docs)
 	}
-	if w, ok := refusingWindow(a); ok {
-		return windowMessage(a, b, w, secs, docs)
+	if w, lent, ok := refusingWindow(a); ok {
+		return windowMessage(a, b, w, lent, secs, docs)
 	}
 	dim, figure := "requests", b.PerMinute(a.kl, a.wl)
 	if b.Tokens() {
@@ -85,11 +91,20 @@ func refusalMessage(a *admission, secs int64, docs string) string {
 		if b.Scope() == "key" {
 			where = "for this API key"
 		}
-		return fmt.Sprintf("Rate limit reached for %s %s on %s per minute %s: limit %d per minute, burst %d%s. Please try again in %ds. See %s",
-			a.entry, where, dim, planPhrase(a), figure, 2*figure, reserveClause(a), secs, docs)
+		return fmt.Sprintf("Rate limit reached for %s %s on %s per minute %s: limit %d per minute, burst %d%s. Please try again in %ds.%s",
+			a.entry, where, dim, planPhrase(a), figure, 2*figure, reserveClause(a), secs, seeDocs(docs))
 	}
-	return fmt.Sprintf("Rate limit reached for %s per minute (%s) %s: limit %d per minute, burst %d%s. Please try again in %ds. See %s",
-		dim, b.Scope(), planPhrase(a), figure, 2*figure, reserveClause(a), secs, docs)
+	return fmt.Sprintf("Rate limit reached for %s per minute (%s) %s: limit %d per minute, burst %d%s. Please try again in %ds.%s",
+		dim, b.Scope(), planPhrase(a), figure, 2*figure, reserveClause(a), secs, seeDocs(docs))
+}
+
+// planWord is what the figures are sold as: "plan" under WithPlans, else
+// "tier".
+func planWord(a *admission) string {
+	if a.named {
+		return "plan"
+	}
+	return "tier"
 }
 
 // planPhrase says where the figures of a refusal come from.
@@ -97,7 +112,7 @@ func planPhrase(a *admission) string {
 	if a.overridden {
 		return "under this workspace's own limits"
 	}
-	return "on the " + a.tier.String() + " tier"
+	return "on the " + a.plan + " " + planWord(a)
 }
 
 // requestID returns the request's X-Request-Id if it is safe to echo (1–128
@@ -120,71 +135,111 @@ func requestID(r *http.Request) string {
 // concurrencyMessage is the 429 message of a gauge's refusal.
 func concurrencyMessage(a *admission, b Bucket, secs int64, docs string) string {
 	figure := b.Figure(a.kl, a.wl)
-	if a.entry != "" {
+	if a.d.Lent {
+		figure = b.Figure(a.pkl, a.pwl)
+	}
+	if a.entry != "" && !a.d.Lent {
 		where := "in this workspace"
 		if b.Scope() == "key" {
 			where = "for this API key"
 		}
-		return fmt.Sprintf("Rate limit reached for %s %s on concurrent requests %s: limit %d in flight at once%s. Please try again in %ds, once a response in flight has ended. See %s",
-			a.entry, where, planPhrase(a), figure, reserveClause(a), secs, docs)
+		return fmt.Sprintf("Rate limit reached for %s %s on concurrent requests %s: limit %d in flight at once%s. Please try again in %ds, once a response in flight has ended.%s",
+			a.entry, where, planPhrase(a), figure, reserveClause(a), secs, seeDocs(docs))
 	}
-	return fmt.Sprintf("Rate limit reached for concurrent requests (%s) %s: limit %d in flight at once%s. Please try again in %ds, once a response in flight has ended. See %s",
-		b.Scope(), planPhrase(a), figure, reserveClause(a), secs, docs)
+	return fmt.Sprintf("Rate limit reached for concurrent requests (%s) %s: limit %d in flight at once%s. Please try again in %ds, once a response in flight has ended.%s",
+		b.Scope(), planPhrase(a), figure, reserveClause(a), secs, seeDocs(docs))
 }
 
-// refusingWindow returns the window whose bucket refused a: a window's
-// input or output meter, a window longer or shorter than a minute, or a
-// one-minute window's requests or tokens meter when the per-minute bucket
-// of that name had room (it is checked first, and a refusal debits
-// nothing: its level is in Remaining).
-func refusingWindow(a *admission) (Window, bool) {
-	b := a.d.Refused
-	if a.d.Window == 0 || b.Concurrent() {
-		return Window{}, false
+// refusingWindow returns the window whose bucket refused a, and whether it
+// is the plan's lent to an entry's request (Decision.Lent): a window's
+// input or output meter, a calendar or session window, a window longer or
+// shorter than a minute, or a one-minute window's requests or tokens meter
+// when the per-minute bucket of that name had room (it is checked first,
+// and a refusal debits nothing: its level is in Remaining) or is
+// Unlimited. The window is found by its identity (scope, Per, Calendar,
+// zone, Session).
+func refusingWindow(a *admission) (w Window, lent, ok bool) {
+	b, d := a.d.Refused, a.d
+	if b.Concurrent() || d.Window == 0 && d.Calendar == NoCalendar {
+		return Window{}, false, false
 	}
-	if a.d.Window == time.Minute && b < KeyConcurrent {
-		need := int64(1)
-		if b.Tokens() {
-			need = a.est
-		}
-		// Above the floor of the request's priority reserve, if any.
-		capacity := 2 * b.PerMinute(a.kl, a.wl)
-		need = min(need, capacity+1) + ReserveFloor(a.reserve, capacity)
-		if a.d.Remaining[b] < need {
-			return Window{}, false
+	if d.Window == time.Minute && d.Calendar == NoCalendar && !d.Session && !d.Lent && b < KeyConcurrent {
+		if rate := b.PerMinute(a.kl, a.wl); rate != Unlimited && rate != 0 {
+			need := int64(1)
+			if b.Tokens() {
+				need = a.est
+			}
+			// Above the floor of the request's priority reserve, if any.
+			capacity := 2 * rate
+			need = min(need, capacity+1) + ReserveFloor(a.reserve, capacity)
+			if d.Remaining[b] < need {
+				return Window{}, false, false
+			}
 		}
 	}
-	ws := a.kl.Windows
+	kl, wl := a.kl, a.wl
+	if d.Lent {
+		kl, wl = a.pkl, a.pwl
+	}
+	ws := kl.Windows
 	if b.Scope() == "workspace" {
-		ws = a.wl.Windows
+		ws = wl.Windows
 	}
 	for _, w := range ws {
-		if w.Per == a.d.Window && w.Figure(b) > 0 {
-			return w, true
+		if w.Per == d.Window && w.Calendar == d.Calendar && w.Session == d.Session && zoneName(w.Zone) == d.Zone && w.Figure(b) > 0 {
+			return w, d.Lent, true
 		}
 	}
-	return Window{}, false
+	return Window{}, false, false
 }
 
 // meterPhrase names a window's meter and window for a message: "requests
-// per day", "input tokens per minute", "tokens per 6h0m0s".
-func meterPhrase(b Bucket, per time.Duration) string {
-	return b.Meter() + " per " + windowName(per)
+// per day", "input tokens per minute", "tokens per 6h0m0s", "tokens per
+// calendar month (Europe/Berlin)", "requests per 5h0m0s session".
+func meterPhrase(b Bucket, w Window) string {
+	return b.Meter() + " per " + windowPhrase(w)
+}
+
+// windowPhrase names a window after "per": "day", "calendar day (UTC)",
+// "5h0m0s session".
+func windowPhrase(w Window) string {
+	switch {
+	case w.Calendar != NoCalendar:
+		return "calendar " + w.Calendar.String() + " (" + zoneName(w.Zone) + ")"
+	case w.Session:
+		return windowName(w.Per) + " session"
+	}
+	return windowName(w.Per)
+}
+
+// resetClause states when a wait past an hour ends: " (at 2027-01-01T00:00:00+01:00)",
+// in the window's zone for a calendar window, else UTC.
+func resetClause(a *admission, w Window, secs int64) string {
+	if secs <= 3600 || a.now.IsZero() {
+		return ""
+	}
+	at := a.now.Add(time.Duration(secs) * time.Second)
+	if w.Calendar != NoCalendar && w.Zone != nil {
+		at = at.In(w.Zone)
+	} else {
+		at = at.UTC()
+	}
+	return " (at " + at.Format(time.RFC3339) + ")"
 }
 
 // windowMessage is the 429 message of a window's refusal.
-func windowMessage(a *admission, b Bucket, w Window, secs int64, docs string) string {
-	figure, per := w.Figure(b), windowName(w.Per)
-	if a.entry != "" {
+func windowMessage(a *admission, b Bucket, w Window, lent bool, secs int64, docs string) string {
+	figure, per := w.Figure(b), windowPhrase(w)
+	if a.entry != "" && !lent {
 		where := "in this workspace"
 		if b.Scope() == "key" {
 			where = "for this API key"
 		}
-		return fmt.Sprintf("Rate limit reached for %s %s on %s %s: limit %d per %s%s. Please try again in %ds. See %s",
-			a.entry, where, meterPhrase(b, w.Per), planPhrase(a), figure, per, reserveClause(a), secs, docs)
+		return fmt.Sprintf("Rate limit reached for %s %s on %s %s: limit %d per %s%s. Please try again in %ds%s.%s",
+			a.entry, where, meterPhrase(b, w), planPhrase(a), figure, per, reserveClause(a), secs, resetClause(a, w, secs), seeDocs(docs))
 	}
-	return fmt.Sprintf("Rate limit reached for %s (%s) %s: limit %d per %s%s. Please try again in %ds. See %s",
-		meterPhrase(b, w.Per), b.Scope(), planPhrase(a), figure, per, reserveClause(a), secs, docs)
+	return fmt.Sprintf("Rate limit reached for %s (%s) %s: limit %d per %s%s. Please try again in %ds%s.%s",
+		meterPhrase(b, w), b.Scope(), planPhrase(a), figure, per, reserveClause(a), secs, resetClause(a, w, secs), seeDocs(docs))
 }
 
 // stage is one bucket a request spends, for a message: what it needs of
@@ -197,26 +252,38 @@ type stage struct {
 }
 
 // stages lists the buckets a spends, in the stores' order: the four
-// per-minute buckets, then each window's meters (Store).
+// per-minute buckets (none for an Unlimited figure), then each window's
+// meters (Store), the plan's lent windows before the entry's own in each
+// scope.
 func stages(a *admission) []stage {
-	st := []stage{
+	var st []stage
+	for _, s := range [4]stage{
 		{KeyRequests, Window{}, 1, 2 * a.kl.RequestsPerMinute},
 		{KeyTokens, Window{}, a.est, 2 * a.kl.TokensPerMinute},
 		{WorkspaceRequests, Window{}, 1, 2 * a.wl.RequestsPerMinute},
 		{WorkspaceTokens, Window{}, a.est, 2 * a.wl.TokensPerMinute},
+	} {
+		if s.cap != 2*Unlimited {
+			st = append(st, s)
+		}
 	}
 	meters := WindowMeters()
-	for scope, l := range [2]Limits{a.kl, a.wl} {
-		for _, w := range l.Windows {
-			for m, b := range meters[scope] {
-				if f := w.Figure(b); f > 0 {
-					st = append(st, stage{b, w, [4]int64{1, a.est, a.input, 1}[m], f})
+	for scope, ls := range [2][2]Limits{{a.pkl, a.kl}, {a.pwl, a.wl}} {
+		for _, l := range ls {
+			for _, w := range l.Windows {
+				for m, b := range meters[scope] {
+					if f := w.Figure(b); f > 0 {
+						st = append(st, stage{b, w, [4]int64{1, a.est, a.input, 1}[m], f})
+					}
 				}
 			}
 		}
 	}
 	return st
 }
+
+// isWindow reports whether s is a window's bucket (not a per-minute one).
+func (s stage) isWindow() bool { return s.w.Per != 0 || s.w.Calendar != NoCalendar }
 
 // neverFitsMessage is the 429 message of a request that can never be
 // admitted: it names the first bucket whose whole capacity is smaller
@@ -229,18 +296,18 @@ func neverFitsMessage(a *admission, docs string) string {
 			continue
 		}
 		what := s.b.Meter() + " per minute (" + s.b.Scope() + ")"
-		if s.w.Per != 0 {
-			what = meterPhrase(s.b, s.w.Per) + " (" + s.b.Scope() + ")"
+		if s.isWindow() {
+			what = meterPhrase(s.b, s.w) + " (" + s.b.Scope() + ")"
 		}
 		if a.entry != "" {
 			what = a.entry + "'s " + what
 		}
-		if s.w.Per == 0 {
-			return fmt.Sprintf("Request too large for %s: its estimated %d tokens exceed the bucket's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger tier. See %s",
-				what, s.need, s.cap, planPhrase(a), docs)
+		if !s.isWindow() {
+			return fmt.Sprintf("Request too large for %s: its estimated %d tokens exceed the bucket's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger %s.%s",
+				what, s.need, s.cap, planPhrase(a), planWord(a), seeDocs(docs))
 		}
-		return fmt.Sprintf("Request too large for %s: its estimated %d %s exceed the window's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger tier. See %s",
-			what, s.need, s.b.Meter(), s.cap, planPhrase(a), docs)
+		return fmt.Sprintf("Request too large for %s: its estimated %d %s exceed the window's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger %s.%s",
+			what, s.need, s.b.Meter(), s.cap, planPhrase(a), planWord(a), seeDocs(docs))
 	}
 	if a.reserve > 0 && a.class != "" {
 		for _, s := range st {
@@ -249,19 +316,19 @@ func neverFitsMessage(a *admission, docs string) string {
 				continue
 			}
 			per := "minute"
-			if s.w.Per != 0 {
-				per = windowName(s.w.Per)
+			if s.isWindow() {
+				per = windowPhrase(s.w)
 			}
 			what := s.b.Meter() + " per " + per + " (" + s.b.Scope() + ")"
 			if a.entry != "" {
 				what = a.entry + "'s " + what
 			}
-			return fmt.Sprintf("Request too large for %s: it needs %d %s, more than the %d of the bucket's whole capacity of %d %s that its class may use; %s is kept for other traffic (priority class %s). Retrying will not help: send a smaller request or move to a larger tier. See %s",
-				what, s.need, s.b.Meter(), s.cap-floor, s.cap, planPhrase(a), reservePercent(a.reserve), a.class, docs)
+			return fmt.Sprintf("Request too large for %s: it needs %d %s, more than the %d of the bucket's whole capacity of %d %s that its class may use; %s is kept for other traffic (priority class %s). Retrying will not help: send a smaller request or move to a larger %s.%s",
+				what, s.need, s.b.Meter(), s.cap-floor, s.cap, planPhrase(a), reservePercent(a.reserve), a.class, planWord(a), seeDocs(docs))
 		}
 	}
 	// A store's NeverFits that no figure explains (a store of its own):
 	// the workspace's tokens bucket, as before windows and reserves.
-	return fmt.Sprintf("Request too large for tokens per minute (workspace): its estimated %d tokens exceed the bucket's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger tier. See %s",
-		a.est, 2*a.wl.TokensPerMinute, planPhrase(a), docs)
+	return fmt.Sprintf("Request too large for tokens per minute (workspace): its estimated %d tokens exceed the bucket's whole capacity of %d %s. Retrying will not help: send a smaller request or move to a larger %s.%s",
+		a.est, 2*a.wl.TokensPerMinute, planPhrase(a), planWord(a), seeDocs(docs))
 }

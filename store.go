@@ -220,6 +220,49 @@ type AdmitRequest struct {
 	// written before reserves ignore it: do not combine such a store with
 	// WithPriority.
 	Reserve int64
+	// KeyPlan and WorkspacePlan are, for a request on a model entry
+	// (Model != ""), the figures of the plan the entry sits under (the
+	// workspace's plan, tier row or override; the key's under
+	// Plan.Keys or WithKeyTiers): an entry adds, it replaces only the
+	// per-minute buckets. Their Windows and ConcurrentRequests hold the
+	// request as well as the entry's own, on the default buckets' identity
+	// (Model ""), so that a plan's quota and gauge hold its traffic on
+	// every model; their per-minute figures are not read. Zero for a
+	// request without an entry. For a Solo request the two are one set,
+	// kept once as the workspace's. Only a QuotaStore is sent them.
+	KeyPlan, WorkspacePlan Limits
+}
+
+// QuotaStore is implemented by a store that keeps the store contract of
+// plans and quotas: Unlimited per-minute figures (no bucket), calendar and
+// session windows (Window.Calendar, Window.Session) with the reconcile
+// rules below, and the plan's windows and gauges lent to a model entry's
+// traffic (AdmitRequest.KeyPlan, WorkspacePlan). New refuses WithPlans,
+// Unlimited figures, calendar and session windows, and model entries under
+// figures with windows or gauges, on a store that is not one (a
+// *ConfigError): a quota is never silently missing. The memory store and
+// the Redis store are QuotaStores; llmratetest holds a store to the
+// contract.
+//
+// Calendar and session windows: a window bucket identified as any window's
+// (see the notes after AdmitRequest), with Calendar, the zone's name and
+// Session in its identity. A calendar window's bucket holds what was spent
+// in the period in force by the store's clock (period boundaries: 00:00 in
+// the Zone of each day, Monday or 1st; 23 and 25 h days at DST changes)
+// and is full at each period's start; a session window's opens at the
+// first admission into an unused one and is full again Per after it; a
+// refusal never opens one. RetryAfter for such a bucket is the exact time
+// until it has room (its period's or session's end), not capped at
+// MaxRetryAfter. A reconcile lands in the period (or session) of its
+// admission (ReconcileRequest.Admitted); one arriving after that period
+// ended lands a debit still owed (a positive WindowDelta) in the current
+// period, opening a session if none is open, and drops a credit. A figure
+// changed within a period keeps what was spent (remaining = figure −
+// spent; in debt above it).
+type QuotaStore interface {
+	Store
+	// Quotas marks the implementation; it is never called.
+	Quotas()
 }
 
 // MaxReserve is the largest AdmitRequest.Reserve: 999,999 millionths.
@@ -327,6 +370,24 @@ type Decision struct {
 	// caller that does not forward it after all (its client left) credits
 	// it back with a reconcile whose Refund is set.
 	Wait time.Duration
+	// KeyPlanWindows and WorkspacePlanWindows hold the levels of the
+	// windows of AdmitRequest.KeyPlan and WorkspacePlan, indexed as their
+	// Windows (nil without).
+	KeyPlanWindows, WorkspacePlanWindows []WindowLevels
+	// Lent is true when the refusing window or gauge is the plan's
+	// (AdmitRequest.KeyPlan, WorkspacePlan), lent to a model entry's
+	// request, rather than the entry's own.
+	Lent bool
+	// Calendar, Zone and Session complete Window as the refusing window's
+	// identity: its Window.Calendar, its zone's name, and Window.Session.
+	// Zero when the refusing bucket is not such a window.
+	Calendar Calendar
+	Zone     string
+	Session  bool
+	// At is the store's clock at the decision (a QuotaStore sets it; the
+	// memory store: AdmitRequest.Now): the reconcile carries it back
+	// (ReconcileRequest.Admitted) to land in the admission's period.
+	At time.Time
 	// Receipt is the store's own note of how it decided this admission
 	// (which of its stores decided it, the lease generation it spent...).
 	// Callers pass it back unchanged in ReconcileRequest.Receipt; a store
@@ -365,6 +426,14 @@ type ReconcileRequest struct {
 	OutputActual int64
 	Solo         bool // as in AdmitRequest
 	Now          time.Time
+	// KeyPlan and WorkspacePlan are the admission's
+	// (AdmitRequest.KeyPlan, WorkspacePlan): the plan's windows the charge
+	// also lands in, and the gauges whose slots the ID releases.
+	KeyPlan, WorkspacePlan Limits
+	// Admitted is the admission's Decision.At: calendar and session
+	// windows land the charge in the period it was admitted in (see
+	// QuotaStore). Zero: Now.
+	Admitted time.Time
 	// ID is the admission's AdmitRequest.ID. A store applies a reconcile
 	// (or refund) with a given non-empty ID at most once, whatever the
 	// caller (or its client library) resends: a caller may retry one whose
@@ -451,7 +520,11 @@ type Store interface {
 // bucket at most minutes in debt. A store adds BoundedActual(b) - Estimate
 // to bucket b's level.
 func (r ReconcileRequest) BoundedActual(b Bucket) int64 {
-	return boundActual(r.Actual, 2*b.PerMinute(r.KeyLimits, r.WorkspaceLimits))
+	f := b.PerMinute(r.KeyLimits, r.WorkspaceLimits)
+	if f == Unlimited {
+		return max(r.Actual, 0) // no bucket: nothing to bound it by
+	}
+	return boundActual(r.Actual, 2*f)
 }
 
 // WindowDelta returns what a reconcile adds to the debt of window w's

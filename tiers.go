@@ -2,6 +2,7 @@ package llmrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -117,11 +118,62 @@ type Limits struct {
 // Each charge is bounded at twice its own bucket's capacity (the figure).
 type Window struct {
 	// Per is the window: from 1 s to 744 h (31 days), in whole
-	// milliseconds.
+	// milliseconds. 0 with a Calendar (the period is the calendar's).
 	Per time.Duration
 	// The most per window; 0: that meter is not limited in this window.
 	Requests, Tokens, InputTokens, OutputTokens int64
+	// Calendar, with Per 0, makes the window a quota that resets instead
+	// of refilling: it holds its figures for each calendar period (a day,
+	// an ISO week from Monday, a month from the 1st) and is full again at
+	// the next period's start, 00:00 in Zone. NoCalendar (the default): a
+	// rolling window that refills continuously.
+	Calendar Calendar
+	// Zone is the calendar's time zone, required with a Calendar and only
+	// with one: time.UTC or a location from time.LoadLocation (not
+	// time.Local, not a time.FixedZone), compared by name. Processes that
+	// share a store must use one tzdata version (embed time/tzdata to be
+	// sure).
+	Zone *time.Location
+	// Session, with Per, makes the window a session: it opens at the first
+	// admission that finds it unused, holds its figures until Per after
+	// that, then is full again. Nothing refills within a session. Per at
+	// most 744 h; not with a Calendar.
+	Session bool
 }
+
+// Calendar is the period a calendar window (Window.Calendar) resets at.
+type Calendar uint8
+
+// The calendars. Periods are calendar periods in the window's Zone, not
+// durations: a day at a DST change lasts 23 or 25 hours, a month 28 to 31
+// days.
+const (
+	NoCalendar    Calendar = iota // a rolling window (Per)
+	CalendarDay                   // from 00:00 to the next day's 00:00
+	CalendarWeek                  // from Monday 00:00 (ISO 8601 weeks)
+	CalendarMonth                 // from the 1st at 00:00
+)
+
+// String returns "day", "week", "month", or "" for NoCalendar.
+func (c Calendar) String() string {
+	switch c {
+	case CalendarDay:
+		return "day"
+	case CalendarWeek:
+		return "week"
+	case CalendarMonth:
+		return "month"
+	}
+	return ""
+}
+
+// Unlimited, as a RequestsPerMinute or TokensPerMinute figure, means that
+// per-minute meter is not limited there: no bucket, no debit, no rate
+// limit header for it, and no part in Retry-After. Only -1 is Unlimited:
+// 0 and other negative figures are invalid, so that a forgotten figure
+// never opens a plan. When figures combine (an override over a tier, a
+// key's figures over the workspace's), Unlimited yields to any figure.
+const Unlimited int64 = -1
 
 // MaxWindows is the most windows one Limits may carry.
 const MaxWindows = 4
@@ -133,28 +185,108 @@ const (
 )
 
 func (w Window) validate() error {
-	if w.Per < MinWindow || w.Per > MaxWindow {
-		return fmt.Errorf("window Per %v out of range [%v, %v]", w.Per, MinWindow, MaxWindow)
+	name := w.name()
+	switch {
+	case w.Calendar > CalendarMonth:
+		return fmt.Errorf("window %s: unknown Calendar %d", name, w.Calendar)
+	case w.Calendar != NoCalendar && w.Per != 0:
+		return fmt.Errorf("window %s: a Calendar window takes no Per (got %v)", name, w.Per)
+	case w.Calendar != NoCalendar && w.Zone == nil:
+		return fmt.Errorf("window %s: a Calendar window needs a Zone (time.UTC or a time.LoadLocation zone)", name)
+	case w.Calendar == NoCalendar && w.Zone != nil:
+		return fmt.Errorf("window %v: a Zone needs a Calendar", w.Per)
+	case w.Session && w.Calendar != NoCalendar:
+		return fmt.Errorf("window %s: Session and Calendar exclude each other", name)
+	case w.Session && w.Per == 0:
+		return fmt.Errorf("window session: Session needs a Per")
 	}
-	if w.Per%time.Millisecond != 0 {
-		return fmt.Errorf("window Per %v: must be whole milliseconds", w.Per)
+	if w.Zone != nil {
+		if err := validZone(w.Zone); err != nil {
+			return fmt.Errorf("window %s: %w", name, err)
+		}
+	}
+	if w.Calendar == NoCalendar {
+		if w.Per < MinWindow || w.Per > MaxWindow {
+			return fmt.Errorf("window Per %v out of range [%v, %v]", w.Per, MinWindow, MaxWindow)
+		}
+		if w.Per%time.Millisecond != 0 {
+			return fmt.Errorf("window Per %v: must be whole milliseconds", w.Per)
+		}
 	}
 	for _, f := range [...]struct {
 		name string
 		v    int64
 	}{{"Requests", w.Requests}, {"Tokens", w.Tokens}, {"InputTokens", w.InputTokens}, {"OutputTokens", w.OutputTokens}} {
 		if f.v < 0 || f.v > MaxPerMinute {
-			return fmt.Errorf("window %v: %s %d out of range [0, %d]", w.Per, f.name, f.v, int64(MaxPerMinute))
+			return fmt.Errorf("window %s: %s %d out of range [0, %d]", name, f.name, f.v, int64(MaxPerMinute))
 		}
 	}
 	if w.Requests == 0 && w.Tokens == 0 && w.InputTokens == 0 && w.OutputTokens == 0 {
-		return fmt.Errorf("window %v: every figure is 0 (set at least one)", w.Per)
+		return fmt.Errorf("window %s: every figure is 0 (set at least one)", name)
 	}
 	return nil
 }
 
+// validZone accepts time.UTC and locations loaded by name (time.LoadLocation):
+// a zone is identified by its name, so that two processes (or a process
+// and Redis's record) agree on it. time.Local names no zone, and a
+// time.FixedZone has no calendar of its own.
+func validZone(loc *time.Location) error {
+	if loc == time.UTC {
+		return nil
+	}
+	if loc == time.Local {
+		return errors.New("Zone time.Local names no zone: load one with time.LoadLocation")
+	}
+	name := loc.String()
+	l, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		return fmt.Errorf("Zone %q is not a location time.LoadLocation knows (a time.FixedZone has no calendar)", name)
+	}
+	// A FixedZone may carry a tzdata name: it must also be that zone.
+	t := time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
+	for i := 0; i < 2; i++ {
+		_, a := t.In(l).Zone()
+		_, b := t.In(loc).Zone()
+		if a != b {
+			return fmt.Errorf("Zone %q is not the location of that name (a time.FixedZone has no calendar)", name)
+		}
+		t = t.AddDate(0, 6, 0)
+	}
+	return nil
+}
+
+// name names w in a configuration error: its Per, its calendar, or its
+// session.
+func (w Window) name() string {
+	switch {
+	case w.Calendar != NoCalendar:
+		z := "no zone"
+		if w.Zone != nil {
+			z = w.Zone.String()
+		}
+		return "calendar " + w.Calendar.String() + " (" + z + ")"
+	case w.Session:
+		return "session " + w.Per.String()
+	}
+	return w.Per.String()
+}
+
+// sameWindow reports whether v and w are one window's identity in a scope
+// and model: (Per, Calendar, zone name, Session).
+func sameWindow(v, w Window) bool {
+	return v.Per == w.Per && v.Calendar == w.Calendar && v.Session == w.Session && zoneName(v.Zone) == zoneName(w.Zone)
+}
+
+func zoneName(l *time.Location) string {
+	if l == nil {
+		return ""
+	}
+	return l.String()
+}
+
 // validateWindows checks a Limits' windows: each valid, at most MaxWindows,
-// no two with one Per.
+// no two of one identity (Per, Calendar, Zone's name, Session).
 func validateWindows(ws []Window) error {
 	if len(ws) > MaxWindows {
 		return fmt.Errorf("%d windows: at most %d", len(ws), MaxWindows)
@@ -164,8 +296,8 @@ func validateWindows(ws []Window) error {
 			return err
 		}
 		for _, v := range ws[:i] {
-			if v.Per == w.Per {
-				return fmt.Errorf("two windows with Per %v", w.Per)
+			if sameWindow(v, w) {
+				return fmt.Errorf("two windows %s", w.name())
 			}
 		}
 	}
@@ -177,11 +309,11 @@ func validateWindows(ws []Window) error {
 const MaxPerMinute = 1_000_000_000_000
 
 func (l Limits) validate() error {
-	if l.RequestsPerMinute < 1 || l.RequestsPerMinute > MaxPerMinute {
-		return fmt.Errorf("RequestsPerMinute %d out of range [1, %d]", l.RequestsPerMinute, int64(MaxPerMinute))
+	if err := validPerMinute("RequestsPerMinute", l.RequestsPerMinute); err != nil {
+		return err
 	}
-	if l.TokensPerMinute < 1 || l.TokensPerMinute > MaxPerMinute {
-		return fmt.Errorf("TokensPerMinute %d out of range [1, %d]", l.TokensPerMinute, int64(MaxPerMinute))
+	if err := validPerMinute("TokensPerMinute", l.TokensPerMinute); err != nil {
+		return err
 	}
 	if l.ConcurrentRequests < 0 {
 		return fmt.Errorf("ConcurrentRequests %d: must not be negative (0: no cap)", l.ConcurrentRequests)
@@ -190,6 +322,30 @@ func (l Limits) validate() error {
 		return validateWindows(l.Windows)
 	}
 	return nil
+}
+
+func validPerMinute(name string, v int64) error {
+	if v == Unlimited {
+		return nil
+	}
+	if v < 1 || v > MaxPerMinute {
+		return fmt.Errorf("%s %d out of range [1, %d] (or Unlimited, -1)", name, v, int64(MaxPerMinute))
+	}
+	return nil
+}
+
+// quotas reports whether l uses anything a store must declare support
+// for (QuotaStore): an Unlimited figure, a calendar or a session window.
+func (l Limits) quotas() bool {
+	if l.RequestsPerMinute == Unlimited || l.TokensPerMinute == Unlimited {
+		return true
+	}
+	for _, w := range l.Windows {
+		if w.Calendar != NoCalendar || w.Session {
+			return true
+		}
+	}
+	return false
 }
 
 // TierTable holds the figures of every tier, one field per Tier constant.

@@ -122,8 +122,8 @@ func (l *Limiter) waitTurn(w http.ResponseWriter, r *http.Request, a *admission)
 	left := a.d.Wait - time.Since(start)
 	// Refunded in full: the request never reached the provider. The
 	// reconcile also releases the request's gauge slots.
-	req := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, Estimate: a.est, Actual: a.est, InputEstimate: a.input,
-		Solo: l.solo, Now: l.cfg.clock(), ID: a.id, Receipt: a.d.Receipt, Refund: true}
+	req := a.reconcileRequest(l.cfg.clock())
+	req.InputEstimate, req.Refund = a.input, true
 	l.reconcile(context.WithoutCancel(r.Context()), a, req)
 	if ce := l.debug.Check(zap.DebugLevel, "llmrate: left while waiting; reservation refunded"); ce != nil {
 		ce.Write(zap.String("key_fp", Fingerprint(a.key)), zap.Duration("wait", a.d.Wait), zap.Duration("left", left))
@@ -131,7 +131,7 @@ func (l *Limiter) waitTurn(w http.ResponseWriter, r *http.Request, a *admission)
 	secs := min(max(ceilSeconds(left), 1), int64(MaxRetryAfter/time.Second))
 	w.Header().Set(HeaderRetryAfter, strconv.FormatInt(secs, 10))
 	writeError(w, r, http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded",
-		fmt.Sprintf("The request ended while it waited %v for its turn under the rate limit; nothing was charged. Please try again in %ds. See %s", a.d.Wait.Round(time.Millisecond), secs, l.cfg.docsURL))
+		fmt.Sprintf("The request ended while it waited %v for its turn under the rate limit; nothing was charged. Please try again in %ds.%s", a.d.Wait.Round(time.Millisecond), secs, seeDocs(l.cfg.docsURL)))
 	return false
 }
 

@@ -41,6 +41,11 @@ func WindowMeters() [2][4]Bucket {
 // while its bucket is in debt.
 type WindowLevels struct {
 	Requests, Tokens, InputTokens, OutputTokens int64
+	// Reset is, for a calendar window, the end of the period in force (the
+	// next period's start) and, for a session window, the end of the
+	// session open now (zero when none is open); zero for a rolling window
+	// (a QuotaStore sets it).
+	Reset time.Time
 }
 
 // Level returns the level of the meter bucket b names (of either scope).
@@ -73,10 +78,11 @@ func (l *WindowLevels) set(b Bucket, v int64) {
 }
 
 // combineWindows combines two Limits' windows where both hold (a key tier
-// under an override): windows pair by Per and each meter takes the tighter
+// under an override): windows pair by identity (Per, Calendar, Zone's
+// name, Session) and each meter takes the tighter
 // non-zero figure; a window, or a meter, set on one side only is kept as
-// it is. The result lists a's windows in a's order, then those of b with a
-// Per a lacks, in b's order (at most 2×MaxWindows). nil when both are
+// it is. The result lists a's windows in a's order, then those of b with an
+// identity a lacks, in b's order (at most 2×MaxWindows). nil when both are
 // empty.
 func combineWindows(a, b []Window) []Window {
 	if len(b) == 0 {
@@ -88,8 +94,8 @@ func combineWindows(a, b []Window) []Window {
 	out := make([]Window, 0, len(a)+len(b))
 	for _, w := range a {
 		for _, v := range b {
-			if v.Per == w.Per {
-				w = Window{Per: w.Per, Requests: tighterCap(w.Requests, v.Requests), Tokens: tighterCap(w.Tokens, v.Tokens),
+			if sameWindow(v, w) {
+				w = Window{Per: w.Per, Calendar: w.Calendar, Zone: w.Zone, Session: w.Session, Requests: tighterCap(w.Requests, v.Requests), Tokens: tighterCap(w.Tokens, v.Tokens),
 					InputTokens: tighterCap(w.InputTokens, v.InputTokens), OutputTokens: tighterCap(w.OutputTokens, v.OutputTokens)}
 				break
 			}
@@ -99,7 +105,7 @@ func combineWindows(a, b []Window) []Window {
 outer:
 	for _, v := range b {
 		for _, w := range a {
-			if w.Per == v.Per {
+			if sameWindow(w, v) {
 				continue outer
 			}
 		}
@@ -116,8 +122,9 @@ func (a Limits) Equal(b Limits) bool {
 		a.ConcurrentRequests != b.ConcurrentRequests || len(a.Windows) != len(b.Windows) {
 		return false
 	}
-	for i := range a.Windows {
-		if a.Windows[i] != b.Windows[i] {
+	for i, w := range a.Windows {
+		v := b.Windows[i]
+		if !sameWindow(w, v) || w.Requests != v.Requests || w.Tokens != v.Tokens || w.InputTokens != v.InputTokens || w.OutputTokens != v.OutputTokens {
 			return false
 		}
 	}
@@ -142,10 +149,17 @@ func windowName(per time.Duration) string {
 
 // smallestTokensCapacity is the smallest capacity among the buckets a
 // request's token estimate is debited from: the per-minute tokens buckets
-// (2× their figures) and the windows' Tokens meters (their figures).
-func smallestTokensCapacity(kl, wl Limits) int64 {
-	c := 2 * min(kl.TokensPerMinute, wl.TokensPerMinute)
-	for _, l := range [2]Limits{kl, wl} {
+// (2× their figures; none when Unlimited) and the windows' Tokens meters
+// (their figures), the windows lent by a plan to an entry's request (lent)
+// included. With no tokens bucket at all: 2 × MaxPerMinute.
+func smallestTokensCapacity(kl, wl Limits, lent ...Limits) int64 {
+	c := int64(2 * MaxPerMinute)
+	for _, f := range [2]int64{kl.TokensPerMinute, wl.TokensPerMinute} {
+		if f != Unlimited {
+			c = min(c, 2*f)
+		}
+	}
+	for _, l := range append([]Limits{kl, wl}, lent...) {
 		for _, w := range l.Windows {
 			if w.Tokens > 0 {
 				c = min(c, w.Tokens)
@@ -156,6 +170,6 @@ func smallestTokensCapacity(kl, wl Limits) int64 {
 }
 
 // Validate reports whether l is valid wherever New accepts Limits: each
-// per-minute figure in [1, MaxPerMinute], ConcurrentRequests not negative,
+// per-minute figure in [1, MaxPerMinute] or Unlimited, ConcurrentRequests not negative,
 // and the windows as Limits.Windows says. nil when valid.
 func (l Limits) Validate() error { return l.validate() }

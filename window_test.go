@@ -63,7 +63,7 @@ func TestLongWindowRetryAfterAndShouldRetry(t *testing.T) {
 	assert.Contains(t, w.Body.String(), "requests per day (key)", "the key's own window is checked first")
 	w = h.sendAs("k2", "team", "", 0)
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Contains(t, w.Body.String(), "Rate limit reached for requests per day (workspace) on the free tier: limit 2 per day. Please try again in 43200s.")
+	assert.Contains(t, w.Body.String(), "Rate limit reached for requests per day (workspace) on the free tier: limit 2 per day. Please try again in 43200s (at 2026-11-30T00:00:00Z).", "a wait past an hour states its end")
 
 	h.clock.Advance(24 * time.Hour)
 	// Tokens per 6 h: 1,000. 800 tokens, then 400 more does not fit: 200
@@ -231,13 +231,13 @@ func TestLimitsEndpointWindows(t *testing.T) {
 	l, err := llmrate.New(llmrate.WithTiers(tiers), llmrate.WithTierResolver(llmrate.StaticTiers{"sk-dev": llmrate.Developer, "sk-ent": llmrate.Enterprise}),
 		llmrate.WithModel(modelHeaderExtractor), llmrate.WithModelLimits(llmrate.ModelLimits{"o3": model}))
 	require.NoError(t, err)
-	docs := llmrate.DefaultDocsURL
-	assert.Equal(t, jsonMap(t, `{"tier":"free","requestsPerMin":100,"tokensPerMin":200000,"docs":"`+docs+`",
+	docs := "" // no link by default
+	assert.Equal(t, jsonMap(t, `{"tier":"free","requestsPerMin":100,"tokensPerMin":200000`+docs+`,
 		"windows":[{"seconds":86400,"requests":1500},{"seconds":60,"inputTokens":400000,"outputTokens":80000}],
 		"models":{"o3":{"requestsPerMin":5,"tokensPerMin":9,"windows":[{"seconds":21600,"tokens":1000000}]}}}`), limitsOf(t, l, "sk-free"))
-	assert.Equal(t, jsonMap(t, `{"tier":"developer","requestsPerMin":1000,"tokensPerMin":2000000,"docs":"`+docs+`",
+	assert.Equal(t, jsonMap(t, `{"tier":"developer","requestsPerMin":1000,"tokensPerMin":2000000`+docs+`,
 		"models":{"o3":{"requestsPerMin":5,"tokensPerMin":9,"windows":[{"seconds":21600,"tokens":1000000}]}}}`), limitsOf(t, l, "sk-dev"))
-	assert.Equal(t, jsonMap(t, `{"tier":"enterprise","requestsPerMin":null,"tokensPerMin":null,"note":"`+llmrate.EnterpriseNote+`","docs":"`+docs+`",
+	assert.Equal(t, jsonMap(t, `{"tier":"enterprise","requestsPerMin":null,"tokensPerMin":null,"note":"`+llmrate.EnterpriseNote+`"`+docs+`,
 		"models":{"o3":{"requestsPerMin":null,"tokensPerMin":null}}}`), limitsOf(t, l, "sk-ent"))
 }
 

@@ -182,7 +182,7 @@ func TestWriteRunningWhenHandlerReturns(t *testing.T) {
 	h.ServeHTTP(bw, r)
 	ev, n := obs.lastReconcile()
 	require.Equal(t, 1, n)
-	assert.Equal(t, llmrate.ReconcileEvent{Kind: llmrate.ReconcileEstimated, Tier: llmrate.Free, Estimate: 100, Actual: 100, Cut: true}, ev)
+	assert.Equal(t, llmrate.ReconcileEvent{Kind: llmrate.ReconcileEstimated, Tier: llmrate.Free, Plan: "free", Estimate: 100, Actual: 100, Cut: true}, ev)
 	close(bw.release)
 	require.ErrorIs(t, <-done, llmrate.ErrWriterReleased)
 	w := httptest.NewRecorder()
