@@ -1,6 +1,7 @@
 package llmrate
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -21,6 +22,7 @@ type limitsBody struct {
 	Note           string              `json:"note,omitempty"`
 	Models         map[string]limitRow `json:"models,omitempty"`
 	Docs           string              `json:"docs,omitempty"`
+	Remaining      []remainingRow      `json:"remaining,omitempty"`
 }
 
 // limitRow is one model entry's figures; both null on Enterprise.
@@ -96,11 +98,32 @@ func windowRows(ws []Window, now time.Time) []windowRow {
 // override). Windows (Limits.Windows) add "windows" to each row that has
 // them, e.g. [{"seconds":86400,"requests":1500}], listing only the
 // non-zero meters ("requests", "tokens", "inputTokens", "outputTokens");
-// absent where there are none and where the figures are null. An invalid
-// override, or a panicking tier or override
+// absent where there are none and where the figures are null. A calendar
+// window's row has no "seconds" but "calendar" ("day", "week", "month"),
+// "zone" (the location's name) and "resetsAt" (the next period's start,
+// RFC 3339 in the zone's offset); a session window's adds "session":true.
+//
+// Under WithPlans the row is the caller's plan's: "plan" (its name) in
+// place of "tier", its figures, gauge, windows and "models". A per-minute
+// figure is a number, "unlimited" for Unlimited, or null where it is not
+// published (Enterprise).
+//
+// With ShowRemaining, and a store that is a Peeker (the memory store and
+// the Redis store are), the answer adds "remaining": what is left now of
+// each of the caller's buckets and windows, read in one store call that
+// debits nothing (see ShowRemaining). HEAD is answered as GET without the
+// body: a client may check the endpoint cheaply.
+//
+// An invalid override or plan, or a panicking tier, override or plan
 // resolver, is a fault: 500, counted in FailOpens, logged and reported to
 // the observer (FailedOpen, Op "limits"), never a guess.
-func (l *Limiter) LimitsHandler() http.Handler {
+func (l *Limiter) LimitsHandler(opts ...LimitsOption) http.Handler {
+	var lc limitsConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyLimits(&lc)
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -119,6 +142,9 @@ func (l *Limiter) LimitsHandler() http.Handler {
 			return
 		}
 		body, err := l.limitsRow(r, &a)
+		if err == nil && lc.remaining && body.Note == "" {
+			body.Remaining, err = l.remaining(r, &a)
+		}
 		if err != nil {
 			l.failOpen(&a, "limits", err)
 			writeError(w, r, http.StatusInternalServerError, "server_error", "internal_error", "The limits could not be read.")
@@ -220,4 +246,138 @@ func modelRows(t *modelTable, tier Tier, now time.Time) map[string]limitRow {
 		add(p.name, p.table)
 	}
 	return rows
+}
+
+// LimitsOption configures LimitsHandler.
+type LimitsOption interface{ applyLimits(*limitsConfig) }
+
+type limitsConfig struct{ remaining bool }
+
+type limitsOptionFunc func(*limitsConfig)
+
+func (f limitsOptionFunc) applyLimits(c *limitsConfig) { f(c) }
+
+// ShowRemaining makes the limits endpoint add "remaining": for the
+// caller's key and workspace (one set when the key is its own workspace),
+// each per-minute bucket and each window meter of the default buckets
+// (its plan's or tier's figures; not the model entries'), one object each:
+//
+//	{"scope":"key","meter":"tokens","window":"minute","remaining":198000,"fullAt":"2026-12-07T10:00:03Z"}
+//	{"scope":"workspace","meter":"tokens","calendar":"month","zone":"Europe/Berlin","remaining":9000000,"fullAt":"2026-12-01T00:00:00+01:00"}
+//
+// "meter" is requests, tokens, input_tokens or output_tokens; "window" the
+// window's name ("minute", "day", "6h0m0s"), with "session":true for a
+// session window, or "calendar" and "zone" for a calendar window;
+// "remaining" the whole level now (negative while in debt); "fullAt" when
+// it is full again (absent when full now; a calendar window's is its
+// period's end, a session's its end). It costs one store read that debits
+// nothing, takes no slot and opens no session; a store that is not a
+// Peeker answers without "remaining". Not on Enterprise without an
+// override (its figures are not published). A store error is a fault
+// (500), as for the other faults of the endpoint.
+func ShowRemaining() LimitsOption {
+	return limitsOptionFunc(func(c *limitsConfig) { c.remaining = true })
+}
+
+// remainingRow is one bucket's level in the limits endpoint (ShowRemaining).
+type remainingRow struct {
+	Scope     string `json:"scope"`
+	Meter     string `json:"meter"`
+	Window    string `json:"window,omitempty"`
+	Calendar  string `json:"calendar,omitempty"`
+	Zone      string `json:"zone,omitempty"`
+	Session   bool   `json:"session,omitempty"`
+	Remaining int64  `json:"remaining"`
+	FullAt    string `json:"fullAt,omitempty"`
+}
+
+// remaining reads the caller's levels from a Peeker (nil rows without one).
+func (l *Limiter) remaining(r *http.Request, a *admission) ([]remainingRow, error) {
+	p, ok := l.cfg.store.(Peeker)
+	if !ok {
+		return nil, nil
+	}
+	if err := l.figures(r.Context(), a); err != nil {
+		return nil, err
+	}
+	now := l.cfg.clock()
+	req := AdmitRequest{Key: a.key, Workspace: a.ws, KeyLimits: a.kl, WorkspaceLimits: a.wl, Tokens: 1, Solo: a.solo, Now: now}
+	ctx, cancel := context.WithTimeout(r.Context(), l.cfg.timeout)
+	defer cancel()
+	d, err := p.Peek(ctx, req)
+	if err != nil {
+		return nil, &StoreError{Op: "peek", Err: err}
+	}
+	var rows []remainingRow
+	meters := [4]string{"requests", "tokens", "input_tokens", "output_tokens"}
+	for scope, lim := range [2]Limits{a.kl, a.wl} {
+		if scope == 1 && a.solo {
+			break // one set: the key's
+		}
+		name := [2]string{"key", "workspace"}[scope]
+		meterSet := WindowMeters()[scope]
+		for m, b := range meterSet[:2] {
+			rate := b.PerMinute(a.kl, a.wl)
+			if rate == Unlimited {
+				continue
+			}
+			row := remainingRow{Scope: name, Meter: meters[m], Window: "minute", Remaining: d.Remaining[b]}
+			if t := timeToFull(d.Remaining[b], rate); t > 0 {
+				row.FullAt = now.Add(t).UTC().Format(time.RFC3339)
+			}
+			rows = append(rows, row)
+		}
+		levels := d.KeyWindows
+		if scope == 1 || a.solo {
+			levels = d.WorkspaceWindows
+		}
+		if a.solo && len(levels) == 0 {
+			levels = d.KeyWindows
+		}
+		for i, w := range lim.Windows {
+			for m, b := range WindowMeters()[scope] {
+				q := w.Figure(b)
+				if q == 0 {
+					continue
+				}
+				lv := WindowLevels{}
+				if i < len(levels) {
+					lv = levels[i]
+				}
+				rows = append(rows, windowRemaining(name, meters[m], w, lv.Level(b), q, lv.Reset, now))
+			}
+		}
+	}
+	return rows, nil
+}
+
+// windowRemaining is one window meter's remainingRow.
+func windowRemaining(scope, meter string, w Window, level, q int64, reset, now time.Time) remainingRow {
+	row := remainingRow{Scope: scope, Meter: meter, Session: w.Session, Remaining: level}
+	var full time.Time
+	switch {
+	case w.Calendar != NoCalendar:
+		row.Calendar, row.Zone = w.Calendar.String(), zoneName(w.Zone)
+		if level < q {
+			full = reset
+			if full.IsZero() {
+				_, full = periodOf(w, now)
+			}
+			full = full.In(w.Zone)
+		}
+	case w.Session:
+		row.Window = windowName(w.Per)
+		if level < q {
+			full = reset
+		}
+	default:
+		row.Window = windowName(w.Per)
+		if t := windowToFull(level, q, w.Per); t > 0 {
+			full = now.Add(t).UTC()
+		}
+	}
+	if !full.IsZero() {
+		row.FullAt = full.Format(time.RFC3339)
+	}
+	return row
 }

@@ -66,6 +66,9 @@ func (l *Limiter) override(ctx context.Context, ws string) (lim Limits, ok bool,
 	if err := lim.validate(); err != nil {
 		return Limits{}, false, fmt.Errorf("%w: %w", ErrInvalidOverride, err)
 	}
+	if lim.quotas() && !l.quotas {
+		return Limits{}, false, fmt.Errorf("%w: an Unlimited figure, a calendar or a session window needs a store that keeps quotas (llmrate.QuotaStore)", ErrInvalidOverride)
+	}
 	return lim, true, nil
 }
 

@@ -265,6 +265,19 @@ type QuotaStore interface {
 	Quotas()
 }
 
+// Peeker is implemented by a store that can report a request's levels
+// without deciding it: the limits endpoint's remaining (LimitsHandler with
+// ShowRemaining). The memory store and the Redis store are Peekers.
+type Peeker interface {
+	// Peek returns the levels Admit would find for req now, in one read,
+	// debiting nothing, taking no slot and opening no session:
+	// Decision.Remaining (0 for an Unlimited figure), KeyWindows,
+	// WorkspaceWindows, KeyPlanWindows and WorkspacePlanWindows (with
+	// Reset for calendar and session windows) and At; the other fields are
+	// unset. A bucket never seen reads full.
+	Peek(ctx context.Context, req AdmitRequest) (Decision, error)
+}
+
 // MaxReserve is the largest AdmitRequest.Reserve: 999,999 millionths.
 const MaxReserve = 999_999
 
