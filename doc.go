@@ -30,9 +30,12 @@
 // under-estimates debited forward. Requests buckets never reconcile.
 //
 // A refused request gets an OpenAI-shaped 429 with Retry-After = the whole
-// seconds until it would fit in every bucket, clamped to 1…60; a request
-// larger than a whole bucket gets Retry-After 60 and a message saying that
-// retrying will not help. The upstream's own responses are never rewritten,
+// seconds until it would fit in every bucket, rounded up and at least 1:
+// at most 60 for the per-minute buckets, the honest wait for a longer
+// window (a spent daily quota: hours; a calendar month: until the 1st),
+// with X-Should-Retry: false past 60 s. A request larger than a whole
+// bucket gets Retry-After 60, X-Should-Retry: false and a message saying
+// that retrying will not help. The upstream's own responses are never rewritten,
 // except that WithRateLimitHeaders replaces the upstream's rate-limit
 // headers on admitted responses; the upstream's own 429 is relayed
 // untouched whatever the header style. WithRateLimitTrailers adds, after

@@ -11,7 +11,7 @@ import (
 // is ready to use; a Cache is safe for concurrent use and allocation-free on
 // a hit.
 //
-// Zones are identified by name (DESIGN §21, further rule 15): every
+// Zones are identified by name: every
 // location of one name must carry the same rules, as time.LoadLocation's do
 // within one process. A hit returns the period's instants in the location
 // of the call that computed it, which has the same name.

@@ -1,6 +1,6 @@
 // Package calendar computes calendar periods — days, ISO 8601 weeks and
 // months in a time zone — for quota windows that are full again at each
-// period's start (DESIGN §21, "Calendar windows" and further rule 10).
+// period's start (see docs/limits.md, "Calendar windows").
 //
 // A period is a span of the timeline, [start, end), never a duration: a day
 // at a DST change lasts 23 or 25 hours, a month 28 to 31 days. Its start is
