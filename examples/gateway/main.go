@@ -62,13 +62,21 @@ func main() {
 // true counts, logs and reports every decision but refuses nothing.
 // "upstream" lists the gateway's own provider keys (UpstreamConfig; try
 // -config examples/gateway/upstream-keys.json).
+//
+// With "plans" (try -config examples/gateway/plans.json), the operator's
+// own plans replace the tiers: "workspaces" name plans, "defaultPlan" is
+// the plan of every other workspace, and each plan carries its own
+// figures, windows (a monthly quota in a zone, a session) and "models"
+// entries; "models" and "overrides" are not used beside it.
 type Config struct {
-	Keys       map[string]string             `json:"keys"`
-	Workspaces map[string]string             `json:"workspaces"`
-	Models     map[string]map[string]Figures `json:"models"`
-	Overrides  map[string]Figures            `json:"overrides"`
-	Shadow     bool                          `json:"shadow"`
-	Upstream   *UpstreamConfig               `json:"upstream"`
+	Keys        map[string]string             `json:"keys"`
+	Workspaces  map[string]string             `json:"workspaces"`
+	Plans       map[string]PlanFigures        `json:"plans"`
+	DefaultPlan string                        `json:"defaultPlan"`
+	Models      map[string]map[string]Figures `json:"models"`
+	Overrides   map[string]Figures            `json:"overrides"`
+	Shadow      bool                          `json:"shadow"`
+	Upstream    *UpstreamConfig               `json:"upstream"`
 }
 
 func loadConfig(path string) (*Config, llmrate.StaticTiers, error) {
@@ -85,6 +93,9 @@ func loadConfig(path string) (*Config, llmrate.StaticTiers, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(c); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(c.Plans) > 0 {
+		return c, tiers, nil // workspaces name plans (planOptions)
 	}
 	for ws, name := range c.Workspaces {
 		t, err := llmrate.ParseTier(name)
@@ -184,8 +195,9 @@ func run(ctx context.Context, args []string, stdout io.Writer, ready chan<- stri
 
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", lim.Middleware(provider))
-	mux.Handle("GET /platform/v1/limits", lim.LimitsHandler())
-	mux.Handle("/platform/v1/limits", lim.LimitsHandler()) // 405 for other methods
+	limits := lim.LimitsHandler(llmrate.ShowRemaining())
+	mux.Handle("GET /platform/v1/limits", limits)
+	mux.Handle("/platform/v1/limits", limits) // 405 for other methods
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 
 	ln, err := net.Listen("tcp", f.listen)
@@ -218,9 +230,11 @@ func limiterOptions(f *gatewayFlags, log *zap.Logger) ([]llmrate.Option, *Config
 	}
 	opts := []llmrate.Option{
 		llmrate.WithLogger(log),
-		llmrate.WithTierResolver(tiers),
 		llmrate.WithStreamUsage(),
 		llmrate.WithRateLimitHeaders(llmrate.HeadersOpenAI),
+	}
+	if len(cfg.Plans) == 0 {
+		opts = append(opts, llmrate.WithTierResolver(tiers))
 	}
 	if len(cfg.Keys) > 0 {
 		keys := cfg.Keys

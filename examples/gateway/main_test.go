@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -232,4 +233,39 @@ func TestHashKeyFromEnvironment(t *testing.T) {
 	assert.NotEqual(t, k1, k2, "random")
 	require.Equal(t, 2, logs.Len())
 	assert.Contains(t, logs.All()[0].Message, "random one for this process only")
+}
+
+// TestGatewayPlans: plans.json loads, and the limits endpoint shows a
+// caller its plan by name, its monthly quota in its zone and the
+// Anthropic-shaped entry whose tokens per minute are not limited.
+func TestGatewayPlans(t *testing.T) {
+	url := startGateway(t, "-config", "plans.json")
+	get := func(key string) map[string]any {
+		req, _ := http.NewRequest(http.MethodGet, url+"/platform/v1/limits", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var m map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
+		return m
+	}
+	alice := get("sk-alice")
+	assert.Equal(t, "pro", alice["plan"])
+	assert.Nil(t, alice["tier"], "plans, not tiers")
+	month := alice["windows"].([]any)[0].(map[string]any)
+	assert.Equal(t, "month", month["calendar"])
+	assert.Equal(t, "Europe/Berlin", month["zone"])
+	assert.Equal(t, "unlimited", alice["models"].(map[string]any)["claude-*"].(map[string]any)["tokensPerMin"])
+	assert.Equal(t, "pro-tokyo", get("sk-carol")["plan"])
+	assert.Equal(t, "starter", get("sk-stranger")["plan"], "a workspace not listed gets defaultPlan")
+
+	resp := post(t, url, "sk-alice", `{"model":"claude-sonnet-4","messages":[{"role":"user","content":"hi"}]}`)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"plans":{"pro":{"requestsPerMin":1,"tokensPerMin":1}},"workspaces":{"acme":"gold"},"defaultPlan":"pro"}`), 0o600))
+	err := run(context.Background(), []string{"-config", bad, "-listen", "127.0.0.1:0"}, io.Discard, nil)
+	assert.ErrorContains(t, err, `no plan "gold"`)
 }

@@ -128,9 +128,13 @@ func upstreamKeys(cfg []UpstreamKey, mock bool) ([]upstream.Key, error) {
 		case !mock:
 			return nil, fmt.Errorf("upstream key %q: an inline secret is for the built-in mock only; use secretEnv", k.Name)
 		}
+		ws, err := windows(k.Windows)
+		if err != nil {
+			return nil, fmt.Errorf("upstream key %q: %w", k.Name, err)
+		}
 		keys = append(keys, upstream.Key{
 			Name:      k.Name,
-			Limits:    llmrate.Limits{RequestsPerMinute: k.RequestsPerMin, TokensPerMinute: k.TokensPerMin, Windows: windows(k.Windows)},
+			Limits:    llmrate.Limits{RequestsPerMinute: k.RequestsPerMin, TokensPerMinute: k.TokensPerMin, Windows: ws},
 			Authorize: func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+secret) },
 		})
 	}
