@@ -131,6 +131,10 @@ func (a Limits) Equal(b Limits) bool {
 	return true
 }
 
+// String names the window as the 429 messages do after "per": "minute",
+// "day", "6h0m0s", "calendar month (Europe/Berlin)", "5h0m0s session".
+func (w Window) String() string { return windowPhrase(w) }
+
 // windowName names a window for a message: "second", "minute", "hour",
 // "day", else its Go duration ("6h0m0s").
 func windowName(per time.Duration) string {

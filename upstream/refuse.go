@@ -33,7 +33,7 @@ func (r *round) refuse() *http.Response {
 			// A provider's skip or a window longer than a minute (a daily
 			// quota) on every key: the honest wait, up to that window (the
 			// store caps it so; MaxProviderSkip caps a skip).
-			secs = min(apierr.CeilSeconds(r.wait), int64(llmrate.MaxWindow/time.Second))
+			secs = min(apierr.CeilSeconds(r.wait), int64(maxQuotaWait/time.Second))
 		}
 		msg = r.why.message(secs)
 	}
@@ -63,13 +63,17 @@ func (r *round) refuse() *http.Response {
 	}
 }
 
+// maxQuotaWait is the longest Retry-After: a calendar month of 31 days and
+// a DST hour (a key's calendar window waits until its period's start).
+const maxQuotaWait = 745 * time.Hour
+
 // refusal is what a key waits on before it has room for a request: the
 // provider's skip, or the key's own bucket that refused (its meter, its
 // window and its figure).
 type refusal struct {
 	provider bool
 	b        llmrate.Bucket
-	per      time.Duration // the refusing bucket's window (0 for a gauge)
+	w        llmrate.Window // the refusing bucket's window (its identity; zero for a gauge)
 	figure   int64
 }
 
@@ -78,13 +82,13 @@ func ownRefusal(k *key, d llmrate.Decision) refusal {
 	if d.Refused.Concurrent() {
 		return refusal{b: d.Refused, figure: k.Limits.ConcurrentRequests}
 	}
-	why := refusal{b: d.Refused, per: d.Window}
-	if why.per == 0 {
-		why.per = time.Minute // a per-minute bucket (a store may leave Window 0)
+	why := refusal{b: d.Refused, w: llmrate.Window{Per: d.Window, Calendar: d.Calendar, Session: d.Session}}
+	if why.w.Per == 0 && d.Calendar == llmrate.NoCalendar {
+		why.w.Per = time.Minute // a per-minute bucket (a store may leave Window 0)
 	}
 	for _, w := range k.lim.Windows {
-		if w.Per == why.per {
-			why.figure = w.Figure(d.Refused)
+		if w.Per == why.w.Per && w.Calendar == d.Calendar && w.Session == d.Session && (w.Zone == nil && d.Zone == "" || w.Zone != nil && w.Zone.String() == d.Zone) {
+			why.w, why.figure = w, w.Figure(d.Refused)
 		}
 	}
 	return why
@@ -99,7 +103,7 @@ func (why refusal) message(secs int64) string {
 		return fmt.Sprintf("Rate limit reached for concurrent requests (upstream key): limit %d in flight at once; every upstream key is out of room for this request, and this one has room soonest. Please try again in %ds, once a response in flight has ended.", why.figure, secs)
 	}
 	return fmt.Sprintf("Rate limit reached for %s (upstream key): limit %d per %s; every upstream key is out of room for this request, and this one has room soonest. Please try again in %ds.",
-		meterPhrase(why.b, why.per), why.figure, windowName(why.per), secs)
+		meterPhrase(why.b, why.w), why.figure, why.w, secs)
 }
 
 // tooLarge is one meter and window whose whole capacity the request
@@ -107,7 +111,7 @@ func (why refusal) message(secs int64) string {
 // keys it exceeds so.
 type tooLarge struct {
 	b         llmrate.Bucket
-	per       time.Duration
+	w         llmrate.Window // the window's identity
 	need, cap int64
 }
 
@@ -126,12 +130,12 @@ func (r *round) noteTooLarge(k *key) bool {
 				continue
 			}
 			for i := range r.tooLarge {
-				if tl := &r.tooLarge[i]; tl.b == m.b && tl.per == w.Per {
+				if tl := &r.tooLarge[i]; tl.b == m.b && tl.w.String() == w.String() {
 					tl.cap = max(tl.cap, m.have)
 					return true
 				}
 			}
-			r.tooLarge = append(r.tooLarge, tooLarge{m.b, w.Per, m.need, m.have})
+			r.tooLarge = append(r.tooLarge, tooLarge{m.b, w, m.need, m.have})
 			return true
 		}
 	}
@@ -150,30 +154,14 @@ func tooLargeMessage(ls []tooLarge, est int64) string {
 		if i > 0 {
 			b.WriteString(" or ")
 		}
-		fmt.Fprintf(&b, "%s (its estimated %d %s exceed a capacity of %d)", meterPhrase(l.b, l.per), l.need, l.b.Meter(), l.cap)
+		fmt.Fprintf(&b, "%s (its estimated %d %s exceed a capacity of %d)", meterPhrase(l.b, l.w), l.need, l.b.Meter(), l.cap)
 	}
 	return "Request too large for every upstream key: it exceeds the whole capacity of every key, for " + b.String() + ". Retrying will not help: send a smaller request."
 }
 
 // meterPhrase names a meter and window for a message, as the llmrate
 // middleware's 429s do: "requests per day", "input tokens per minute",
-// "tokens per 6h0m0s".
-func meterPhrase(b llmrate.Bucket, per time.Duration) string {
-	return b.Meter() + " per " + windowName(per)
-}
-
-// windowName names a window for a message: "second", "minute", "hour",
-// "day", else its Go duration ("6h0m0s").
-func windowName(per time.Duration) string {
-	switch per {
-	case time.Second:
-		return "second"
-	case time.Minute:
-		return "minute"
-	case time.Hour:
-		return "hour"
-	case 24 * time.Hour:
-		return "day"
-	}
-	return per.String()
+// "tokens per 6h0m0s", "tokens per calendar month (UTC)".
+func meterPhrase(b llmrate.Bucket, w llmrate.Window) string {
+	return b.Meter() + " per " + w.String()
 }

@@ -25,7 +25,9 @@ type Key struct {
 	// Never the secret.
 	Name string
 	// Limits are the provider's figures for this key, per minute; each in
-	// [1, llmrate.MaxPerMinute]. The key's buckets hold 1× its per-minute
+	// [1, llmrate.MaxPerMinute], or llmrate.Unlimited where the provider
+	// publishes none for that meter (an Anthropic key's input and output
+	// tokens per minute are its Windows). The key's buckets hold 1× its per-minute
 	// figures, as a provider's do (held as a one-minute window, combined
 	// with one of Windows of that Per, each meter the tighter figure): a
 	// request whose estimate exceeds TokensPerMinute never fits the key.
@@ -60,7 +62,8 @@ type key struct {
 // as the provider's bucket), first among its windows and combined with a
 // window of its own of that Per (each meter the tighter non-zero figure).
 func heldLimits(l llmrate.Limits) llmrate.Limits {
-	minute := llmrate.Window{Per: time.Minute, Requests: l.RequestsPerMinute, Tokens: l.TokensPerMinute}
+	limited := func(v int64) int64 { return max(v, 0) } // Unlimited: that meter has no minute figure
+	minute := llmrate.Window{Per: time.Minute, Requests: limited(l.RequestsPerMinute), Tokens: limited(l.TokensPerMinute)}
 	ws := make([]llmrate.Window, 0, len(l.Windows)+1)
 	ws = append(ws, minute)
 	tighter := func(a, b int64) int64 {
@@ -70,12 +73,15 @@ func heldLimits(l llmrate.Limits) llmrate.Limits {
 		return a
 	}
 	for _, w := range l.Windows {
-		if w.Per == time.Minute {
+		if w.Per == time.Minute && w.Calendar == llmrate.NoCalendar && !w.Session {
 			ws[0] = llmrate.Window{Per: time.Minute, Requests: tighter(minute.Requests, w.Requests), Tokens: tighter(minute.Tokens, w.Tokens),
 				InputTokens: w.InputTokens, OutputTokens: w.OutputTokens}
 			continue
 		}
 		ws = append(ws, w)
+	}
+	if m := ws[0]; m.Requests == 0 && m.Tokens == 0 && m.InputTokens == 0 && m.OutputTokens == 0 {
+		ws = ws[1:] // both per-minute figures Unlimited: no minute window
 	}
 	l.Windows = ws
 	return l
@@ -109,8 +115,12 @@ var _ http.RoundTripper = (*Transport)(nil)
 // New returns a Transport over keys, tried in the order given. Bad input is
 // a *llmrate.ConfigError (several are joined): no keys, an empty or
 // duplicate Name, a nil Authorize, a figure out of [1,
-// llmrate.MaxPerMinute], a negative ConcurrentRequests, invalid Windows
-// (as llmrate.Limits.Windows says), or a bad option.
+// llmrate.MaxPerMinute] other than llmrate.Unlimited, a negative
+// ConcurrentRequests, invalid Windows (as llmrate.Limits.Windows says: a
+// calendar window, e.g. a provider's monthly cap that resets on the 1st at
+// 00:00 UTC, is {Calendar: llmrate.CalendarMonth, Zone: time.UTC}), an
+// Unlimited figure or a calendar or session window on a store that is not
+// a llmrate.QuotaStore, or a bad option.
 func New(keys []Key, opts ...Option) (*Transport, error) {
 	cfg, err := newConfig(opts)
 	errs := []error{err}
@@ -118,8 +128,13 @@ func New(keys []Key, opts ...Option) (*Transport, error) {
 		errs = append(errs, &llmrate.ConfigError{Option: "keys", Err: errors.New("none given")})
 	}
 	seen := make(map[string]int, len(keys))
+	_, quotas := cfg.store.(llmrate.QuotaStore)
 	for i, k := range keys {
 		errs = append(errs, validKey(i, k, seen))
+		if !quotas && k.Limits.Validate() == nil && quotaLimits(k.Limits) {
+			errs = append(errs, &llmrate.ConfigError{Option: fmt.Sprintf("keys[%d]", i),
+				Err: fmt.Errorf("an Unlimited figure, a calendar or a session window needs a store that keeps quotas (llmrate.QuotaStore); %T is not one", cfg.store)})
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -149,6 +164,19 @@ func New(keys []Key, opts ...Option) (*Transport, error) {
 	return t, nil
 }
 
+// quotaLimits reports whether l needs a llmrate.QuotaStore.
+func quotaLimits(l llmrate.Limits) bool {
+	if l.RequestsPerMinute == llmrate.Unlimited || l.TokensPerMinute == llmrate.Unlimited {
+		return true
+	}
+	for _, w := range l.Windows {
+		if w.Calendar != llmrate.NoCalendar || w.Session {
+			return true
+		}
+	}
+	return false
+}
+
 // validKey checks keys[i]; seen maps the names already seen to their index.
 func validKey(i int, k Key, seen map[string]int) error {
 	where := fmt.Sprintf("keys[%d]", i)
@@ -167,8 +195,8 @@ func validKey(i int, k Key, seen map[string]int) error {
 		name string
 		v    int64
 	}{{"RequestsPerMinute", k.Limits.RequestsPerMinute}, {"TokensPerMinute", k.Limits.TokensPerMinute}} {
-		if f.v < 1 || f.v > llmrate.MaxPerMinute {
-			errs = append(errs, fmt.Errorf("%s %d out of range [1, %d]", f.name, f.v, int64(llmrate.MaxPerMinute)))
+		if f.v != llmrate.Unlimited && (f.v < 1 || f.v > llmrate.MaxPerMinute) {
+			errs = append(errs, fmt.Errorf("%s %d out of range [1, %d] (or llmrate.Unlimited)", f.name, f.v, int64(llmrate.MaxPerMinute)))
 		}
 	}
 	if c := k.Limits.ConcurrentRequests; c < 0 {
