@@ -348,7 +348,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		a.d.Window = time.Minute
 	}
 	if o := c.observer; o != nil {
-		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Tier: a.tier, Plan: a.plan, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow, Class: a.class}
+		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Calendar: a.d.Calendar, Zone: a.d.Zone, Session: a.d.Session, Lent: a.d.Lent, Tier: a.tier, Plan: a.plan, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow, Class: a.class}
 		if a.d.Allowed {
 			ev.Wait = a.d.Wait
 		}

@@ -34,7 +34,15 @@ type DecisionEvent struct {
 	// window's bucket (Limits.Windows); 0 when allowed or refused by a
 	// gauge.
 	Window time.Duration
-	Tier   Tier
+	// Calendar, Zone and Session complete Window as the refusing window's
+	// identity (Decision.Calendar, Zone, Session): a calendar window's
+	// Window is 0. Lent is true when the refusing window or gauge is the
+	// plan's, holding a model entry's request (Decision.Lent).
+	Calendar Calendar
+	Zone     string
+	Session  bool
+	Lent     bool
+	Tier     Tier
 	// Plan is the name of the plan the request was held to: the plan's
 	// Name under WithPlans, else the tier's name ("free").
 	Plan string
