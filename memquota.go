@@ -1,0 +1,4 @@
+package llmrate
+
+// Quotas implements QuotaStore.
+func (*MemoryStore) Quotas() {}
