@@ -179,15 +179,16 @@ func (l *Limiter) setRateLimitHeaders(h http.Header, a *admission) {
 // least 0.
 func refusedLevel(a *admission, w Window) int64 {
 	b := a.d.Refused
+	pk, pw := a.lentLimits()
 	levels := a.d.KeyWindows
 	lim := a.kl
 	if a.d.Lent {
-		levels, lim = a.d.KeyPlanWindows, a.pkl
+		levels, lim = a.d.KeyPlanWindows, pk
 	}
 	if b.Scope() == "workspace" {
 		levels, lim = a.d.WorkspaceWindows, a.wl
 		if a.d.Lent {
-			levels, lim = a.d.WorkspacePlanWindows, a.pwl
+			levels, lim = a.d.WorkspacePlanWindows, pw
 		}
 	}
 	if a.solo && b.Scope() == "key" && len(levels) == 0 {
@@ -236,9 +237,10 @@ func windowItems(a *admission) []windowItem {
 		levels []WindowLevels
 		lent   bool
 	}
+	pk, pw := a.lentLimits()
 	sets := [2][2]set{
-		{{a.pkl, a.d.KeyPlanWindows, true}, {a.kl, a.d.KeyWindows, false}},
-		{{a.pwl, a.d.WorkspacePlanWindows, true}, {a.wl, a.d.WorkspaceWindows, false}},
+		{{pk, a.d.KeyPlanWindows, true}, {a.kl, a.d.KeyWindows, false}},
+		{{pw, a.d.WorkspacePlanWindows, true}, {a.wl, a.d.WorkspaceWindows, false}},
 	}
 	for scope := range sets {
 		for _, st := range sets[scope] {

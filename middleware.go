@@ -28,6 +28,10 @@ type Limiter struct {
 	solo      bool // each key is its own workspace, with equal figures (a plan with Keys is not)
 	quotas    bool // the store is a QuotaStore: an entry's request is sent the plan's figures it is also held to
 	planCache planCache
+	// rows and keyRows are each tier's figures for the workspace and for
+	// its keys (WithKeyTiers, else the workspace's): an entry's request is
+	// lent a pointer to them.
+	rows, keyRows [tierCount]Limits
 
 	shadowRefusals atomic.Int64
 	shed           atomic.Int64 // WithMaxInFlight: requests shed (in shadow mode: would have been)
@@ -59,6 +63,13 @@ func New(opts ...Option) (*Limiter, error) {
 	}
 	l := &Limiter{cfg: c, log: c.logger, models: c.models, solo: c.workspace == nil && c.keyTiers == nil}
 	_, l.quotas = c.store.(QuotaStore)
+	for t := range Tier(tierCount) {
+		l.rows[t] = c.tiers.For(t)
+		l.keyRows[t] = l.rows[t]
+		if c.keyTiers != nil {
+			l.keyRows[t] = c.keyTiers.For(t)
+		}
+	}
 	if c.calibrate {
 		l.calib = newCalibration()
 	}
@@ -126,13 +137,14 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 type admission struct {
 	key, ws string
 	tier    Tier
-	// pkl and pwl are, for a request on a model entry, the plan's figures
+	// pk and pw are, for a request on a model entry, the plan's figures
 	// (tier row, override, or Plan) the entry sits under: their windows and
 	// gauges hold the request as well (AdmitRequest.KeyPlan,
-	// WorkspacePlan). Zero otherwise.
-	pkl, pwl Limits
-	solo     bool // AdmitRequest.Solo
-	named    bool // the plan is WithPlans' (messages say "plan", not "tier")
+	// WorkspacePlan). They point to storage that outlives the request (the
+	// store may be sent them) and is never written. nil otherwise.
+	pk, pw *Limits
+	solo   bool // AdmitRequest.Solo
+	named  bool // the plan is WithPlans' (messages say "plan", not "tier")
 	// plan is the name of the plan in force (DecisionEvent.Plan): the
 	// tier's name without WithPlans.
 	plan   string
@@ -288,7 +300,8 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		// With a priority reserve, the capacity is what the reserve
 		// leaves: ⌊(1 − r) × capacity⌋ grows with the capacity, so the
 		// smallest bucket's is the smallest.
-		c := smallestTokensCapacity(a.kl, a.wl, a.pkl, a.pwl)
+		pk, pw := a.lentLimits()
+		c := smallestTokensCapacity(a.kl, a.wl, pk, pw)
 		c -= ReserveFloor(a.reserve, c)
 		if a.raw > c {
 			a.est = a.raw
@@ -304,9 +317,10 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		}
 	}
 	a.now = c.clock()
-	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, KeyPlan: a.pkl, WorkspacePlan: a.pwl,
+	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl,
 		Tokens: a.est, InputTokens: a.input, Solo: a.solo, Now: a.now, Reserve: a.reserve}
-	if a.kl.ConcurrentRequests > 0 || a.wl.ConcurrentRequests > 0 || a.pkl.ConcurrentRequests > 0 || a.pwl.ConcurrentRequests > 0 {
+	req.KeyPlan, req.WorkspacePlan = a.pk, a.pw
+	if a.kl.ConcurrentRequests > 0 || a.wl.ConcurrentRequests > 0 || a.pk != nil && (a.pk.ConcurrentRequests > 0 || a.pw.ConcurrentRequests > 0) {
 		// Its slots are released by the reconcile carrying this identity.
 		a.gauged = true
 		req.ID = NewAdmissionID()

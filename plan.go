@@ -237,12 +237,16 @@ func (c *config) checkPlans() {
 
 // figures sets a's figures: the workspace's plan (WithPlans), else its
 // tier row or override, then, for a request on a model entry, the entry's
-// figures with the plan's lent (a.pkl, a.pwl). An error fails the
+// figures with the plan's lent (a.pk, a.pw). An error fails the
 // request open.
 func (l *Limiter) figures(ctx context.Context, a *admission) error {
 	c := l.cfg
 	models := l.models
 	a.solo = l.solo
+	// Where the figures come from, for an entry's request to be lent them:
+	// storage that outlives the request (the limiter's rows, a compiled
+	// plan), so that the store may be sent pointers to it.
+	var pk, pw *Limits
 	if c.plans != nil {
 		cp, err := l.resolvePlan(ctx, a.ws)
 		if err != nil {
@@ -251,14 +255,12 @@ func (l *Limiter) figures(ctx context.Context, a *admission) error {
 		}
 		a.plan, a.wl, a.kl, models, a.named = cp.name, cp.ws, cp.keys, cp.models, true
 		a.solo = a.solo && !cp.split
+		pk, pw = &cp.keys, &cp.ws
 	} else {
 		tier := knownTier(c.resolver.ResolveTier(ctx, a.ws))
 		a.tier, a.plan = tier, tier.String()
-		a.wl = c.tiers.For(tier)
-		a.kl = a.wl
-		if c.keyTiers != nil {
-			a.kl = c.keyTiers.For(tier)
-		}
+		pk, pw = &l.keyRows[tier], &l.rows[tier]
+		a.wl, a.kl = *pw, *pk
 		if err := l.applyOverride(ctx, a); err != nil {
 			return err
 		}
@@ -268,7 +270,11 @@ func (l *Limiter) figures(ctx context.Context, a *admission) error {
 		return nil
 	}
 	if l.quotas {
-		a.pkl, a.pwl = a.kl, a.wl
+		if a.overridden {
+			lent := [2]Limits{a.kl, a.wl} // the override's, this request's own
+			pk, pw = &lent[0], &lent[1]
+		}
+		a.pk, a.pw = pk, pw
 	}
 	a.entry = name
 	a.wl = tt.For(a.tier)
@@ -279,14 +285,16 @@ func (l *Limiter) figures(ctx context.Context, a *admission) error {
 // windowed reports whether a is held to any window (its own figures' or
 // the plan's it is lent).
 func (a *admission) windowed() bool {
-	return windowed(a.kl, a.wl) || windowed(a.pkl, a.pwl)
+	return windowed(a.kl, a.wl) || a.pk != nil && windowed(*a.pk, *a.pw)
 }
 
 // reconcileRequest is a's reconcile at now, charging the estimate (the
 // caller sets what differs).
 func (a *admission) reconcileRequest(now time.Time) ReconcileRequest {
-	return ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl, KeyPlan: a.pkl, WorkspacePlan: a.pwl,
-		Estimate: a.est, Actual: a.est, Solo: a.solo, Now: now, Admitted: a.d.At, ID: a.id, Receipt: a.d.Receipt}
+	r := ReconcileRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl,
+		Estimate: a.est, Actual: a.est, Solo: a.solo, Now: now, Admitted: a.now, ID: a.id, Receipt: a.d.Receipt}
+	r.KeyPlan, r.WorkspacePlan = a.pk, a.pw
+	return r
 }
 
 // seeDocs is a message's closing link to the operator's docs: "" without one.
@@ -295,4 +303,12 @@ func seeDocs(docs string) string {
 		return ""
 	}
 	return " See " + docs
+}
+
+// lentLimits returns the plan's figures lent to a (zero without).
+func (a *admission) lentLimits() (k, w Limits) {
+	if a.pk == nil {
+		return Limits{}, Limits{}
+	}
+	return *a.pk, *a.pw
 }

@@ -136,7 +136,7 @@ func requestID(r *http.Request) string {
 func concurrencyMessage(a *admission, b Bucket, secs int64, docs string) string {
 	figure := b.Figure(a.kl, a.wl)
 	if a.d.Lent {
-		figure = b.Figure(a.pkl, a.pwl)
+		figure = b.Figure(a.lentLimits())
 	}
 	if a.entry != "" && !a.d.Lent {
 		where := "in this workspace"
@@ -179,7 +179,7 @@ func refusingWindow(a *admission) (w Window, lent, ok bool) {
 	}
 	kl, wl := a.kl, a.wl
 	if d.Lent {
-		kl, wl = a.pkl, a.pwl
+		kl, wl = a.lentLimits()
 	}
 	ws := kl.Windows
 	if b.Scope() == "workspace" {
@@ -268,7 +268,8 @@ func stages(a *admission) []stage {
 		}
 	}
 	meters := WindowMeters()
-	for scope, ls := range [2][2]Limits{{a.pkl, a.kl}, {a.pwl, a.wl}} {
+	pk, pw := a.lentLimits()
+	for scope, ls := range [2][2]Limits{{pk, a.kl}, {pw, a.wl}} {
 		for _, l := range ls {
 			for _, w := range l.Windows {
 				for m, b := range meters[scope] {

@@ -227,10 +227,12 @@ type AdmitRequest struct {
 	// per-minute buckets. Their Windows and ConcurrentRequests hold the
 	// request as well as the entry's own, on the default buckets' identity
 	// (Model ""), so that a plan's quota and gauge hold its traffic on
-	// every model; their per-minute figures are not read. Zero for a
-	// request without an entry. For a Solo request the two are one set,
-	// kept once as the workspace's. Only a QuotaStore is sent them.
-	KeyPlan, WorkspacePlan Limits
+	// every model; their per-minute figures are not read. nil for a
+	// request without an entry (both are set, or neither). For a Solo
+	// request the two are one set, kept once as the workspace's. Only a
+	// QuotaStore is sent them; a store must not change them, nor keep the
+	// pointers past the call.
+	KeyPlan, WorkspacePlan *Limits
 }
 
 // QuotaStore is implemented by a store that keeps the store contract of
@@ -254,7 +256,8 @@ type AdmitRequest struct {
 // refusal never opens one. RetryAfter for such a bucket is the exact time
 // until it has room (its period's or session's end), not capped at
 // MaxRetryAfter. A reconcile lands in the period (or session) of its
-// admission (ReconcileRequest.Admitted); one arriving after that period
+// admission (ReconcileRequest.Admitted, or the store's own instant of the
+// admission in its Receipt); one arriving after that period
 // ended lands a debit still owed (a positive WindowDelta) in the current
 // period, opening a session if none is open, and drops a credit. A figure
 // changed within a period keeps what was spent (remaining = figure −
@@ -397,10 +400,6 @@ type Decision struct {
 	Calendar Calendar
 	Zone     string
 	Session  bool
-	// At is the store's clock at the decision (a QuotaStore sets it; the
-	// memory store: AdmitRequest.Now): the reconcile carries it back
-	// (ReconcileRequest.Admitted) to land in the admission's period.
-	At time.Time
 	// Receipt is the store's own note of how it decided this admission
 	// (which of its stores decided it, the lease generation it spent...).
 	// Callers pass it back unchanged in ReconcileRequest.Receipt; a store
@@ -442,10 +441,11 @@ type ReconcileRequest struct {
 	// KeyPlan and WorkspacePlan are the admission's
 	// (AdmitRequest.KeyPlan, WorkspacePlan): the plan's windows the charge
 	// also lands in, and the gauges whose slots the ID releases.
-	KeyPlan, WorkspacePlan Limits
-	// Admitted is the admission's Decision.At: calendar and session
+	KeyPlan, WorkspacePlan *Limits
+	// Admitted is the admission's AdmitRequest.Now: calendar and session
 	// windows land the charge in the period it was admitted in (see
-	// QuotaStore). Zero: Now.
+	// QuotaStore). A store with a clock of its own (Redis) keeps its own
+	// instant of the admission in Decision.Receipt instead. Zero: Now.
 	Admitted time.Time
 	// ID is the admission's AdmitRequest.ID. A store applies a reconcile
 	// (or refund) with a given non-empty ID at most once, whatever the
