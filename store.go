@@ -369,6 +369,17 @@ type Decision struct {
 	// but not above the floor its class leaves for other traffic. False
 	// when Allowed or without a reserve.
 	ByReserve bool
+	// Lent is true when the refusing window or gauge is the plan's
+	// (AdmitRequest.KeyPlan, WorkspacePlan), lent to a model entry's
+	// request, rather than the entry's own.
+	Lent bool
+	// Calendar, Zone and Session complete Window as the refusing window's
+	// identity: its Window.Calendar, its zone's name, and Window.Session.
+	// Zero when the refusing bucket is not such a window. (Beside the other
+	// flags: a Decision is copied on every admission, and these fit where
+	// they cost nothing.)
+	Calendar Calendar
+	Session  bool
 	// Remaining holds each bucket's whole-unit level after the decision
 	// (after the debit when Allowed), indexed by Bucket. It may be negative
 	// while a bucket is in debt (a reservation leaves it so). Gauges are
@@ -390,16 +401,8 @@ type Decision struct {
 	// windows of AdmitRequest.KeyPlan and WorkspacePlan, indexed as their
 	// Windows (nil without).
 	KeyPlanWindows, WorkspacePlanWindows []WindowLevels
-	// Lent is true when the refusing window or gauge is the plan's
-	// (AdmitRequest.KeyPlan, WorkspacePlan), lent to a model entry's
-	// request, rather than the entry's own.
-	Lent bool
-	// Calendar, Zone and Session complete Window as the refusing window's
-	// identity: its Window.Calendar, its zone's name, and Window.Session.
-	// Zero when the refusing bucket is not such a window.
-	Calendar Calendar
-	Zone     string
-	Session  bool
+	// Zone is the refusing calendar window's zone's name (see Calendar).
+	Zone string
 	// Receipt is the store's own note of how it decided this admission
 	// (which of its stores decided it, the lease generation it spent...).
 	// Callers pass it back unchanged in ReconcileRequest.Receipt; a store
