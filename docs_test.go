@@ -92,16 +92,20 @@ func TestDocsRelativeLinksResolve(t *testing.T) {
 }
 
 // TestDocsReadmeCodeIsTested: every Go block of README.md is, verbatim, part
-// of examples/quickstart/main.go, which builds and has its own test, so
-// the README's example cannot rot.
+// of a file of examples/quickstart (main.go, plans.go), which builds and has
+// its own test, so the README's examples cannot rot.
 func TestDocsReadmeCodeIsTested(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("examples/quickstart/main.go")
-	if err != nil {
-		t.Fatal(err)
+	var src []byte
+	for _, f := range []string{"examples/quickstart/main.go", "examples/quickstart/plans.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
 	}
 	block := regexp.MustCompile("(?s)```go\n(.*?)```")
 	blocks := block.FindAllSubmatch(readme, -1)
@@ -110,7 +114,7 @@ func TestDocsReadmeCodeIsTested(t *testing.T) {
 	}
 	for _, b := range blocks {
 		if !strings.Contains(string(src), string(b[1])) {
-			t.Errorf("README.md's Go block is not in examples/quickstart/main.go:\n%s", b[1])
+			t.Errorf("README.md's Go block is not in examples/quickstart:\n%s", b[1])
 		}
 	}
 }

@@ -75,3 +75,28 @@ func TestQuickstart(t *testing.T) {
 	require.NoError(t, json.NewDecoder(lr.Body).Decode(&row))
 	assert.Equal(t, int64(5000), row.RequestsPerMin)
 }
+
+// TestPlans: the README's plans block builds a limiter whose limits
+// endpoint shows acme its plan by name, its monthly quota in Berlin and the
+// claude entry's tokens per minute as not limited; others get free.
+func TestPlans(t *testing.T) {
+	lim, err := plans()
+	require.NoError(t, err)
+	get := func(key string) map[string]any {
+		r := httptest.NewRequest(http.MethodGet, "/platform/v1/limits", nil)
+		r.Header.Set("Authorization", "Bearer "+key)
+		w := httptest.NewRecorder()
+		lim.LimitsHandler().ServeHTTP(w, r)
+		require.Equal(t, http.StatusOK, w.Code)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &m))
+		return m
+	}
+	acme := get("acme") // each key is its own workspace
+	assert.Equal(t, "pro", acme["plan"])
+	month := acme["windows"].([]any)[0].(map[string]any)
+	assert.Equal(t, "month", month["calendar"])
+	assert.Equal(t, "Europe/Berlin", month["zone"])
+	assert.Equal(t, "unlimited", acme["models"].(map[string]any)["claude-*"].(map[string]any)["tokensPerMin"])
+	assert.Equal(t, "free", get("sk-other")["plan"])
+}
