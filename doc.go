@@ -74,7 +74,7 @@
 // Limits.Windows adds limits over other windows and meters, as providers
 // publish them: e.g. Window{Per: 24 * time.Hour, Requests: 1_500}, a
 // daily quota that gives one request back every 57.6 s (never all at once
-// at midnight), or Window{Per: time.Minute, InputTokens: 400_000,
+// at midnight; Window.Calendar is the quota that does), or Window{Per: time.Minute, InputTokens: 400_000,
 // OutputTokens: 80_000}, Anthropic's separate input and output tokens per
 // minute. A window's bucket holds its figure (no burst), is checked in the
 // same atomic step as the per-minute buckets, and refuses with a message

@@ -92,11 +92,12 @@ type Limits struct {
 // input tokens and OutputTokens output tokens per Per, each meter its own
 // bucket. A figure of 0 leaves that meter unlimited in this window.
 //
-// A window's bucket holds its figure (no burst: the per-minute figures'
-// twofold burst is theirs alone) and refills the figure per Per,
-// continuously, in the same exact integer arithmetic as the per-minute
-// buckets: idle, it comes back exactly full, and it never resets all at
-// once. So Window{Per: 24 * time.Hour, Requests: 1_500} is a daily
+// A rolling window's bucket (no Calendar, no Session) holds its figure (no
+// burst: the per-minute figures' twofold burst is theirs alone) and
+// refills the figure per Per, continuously, in the same exact integer
+// arithmetic as the per-minute buckets: idle, it comes back exactly full,
+// and it never resets all at once (a Calendar window is the one that
+// does). So Window{Per: 24 * time.Hour, Requests: 1_500} is a daily
 // request quota that gives one request back every 57.6 s, and
 // Window{Per: time.Minute, InputTokens: 400_000, OutputTokens: 80_000}
 // holds a key to a provider's separate input and output limits.
