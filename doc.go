@@ -46,6 +46,21 @@
 // net/http requires: a write after that fails with ErrWriterReleased and
 // reaches no response.
 //
+// # Plans as an operator writes them
+//
+// WithPlans(resolver, otherwise) replaces the tier ladder with the
+// operator's own plans: a Plan has a Name ("pro", shown in every 429, the
+// limits endpoint and the metrics), its Limits (the workspace's, and each
+// key's unless Keys is set) and its Models entries. A request on an entry
+// spends the entry's per-minute buckets and is held to the plan's windows
+// and gauge as well, so a plan's quota covers every model. Unlimited (−1)
+// as a per-minute figure means no bucket for that meter. A Window with a
+// Calendar (CalendarDay, CalendarWeek, CalendarMonth) and a Zone is a quota
+// that is full again at each period's start in that zone (00:00, Monday
+// 00:00, the 1st at 00:00, DST-aware); one with Session opens at the first
+// admission and is full again Per later. The store must be a QuotaStore
+// (the memory store and the Redis store are).
+//
 // # Policies beyond the plan tier
 //
 // All optional. WithModelLimits (with WithModel, e.g. ModelFromBody) gives
