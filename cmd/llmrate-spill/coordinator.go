@@ -46,7 +46,9 @@ type config struct {
 	SpikeLong, SpikeShort      time.Duration
 	RestartAt, RestartDown     time.Duration // RestartAt 0: at 40% of Duration
 	RedisServer, WorkerPath    string
-	DayRequests                int64 // a daily window on the key (window.go); 0: none
+	DayRequests                int64         // a daily window on the key (window.go); 0: none
+	MonthRequests              int64         // a calendar month window on the key, crossing its boundary (window.go); 0: none
+	MonthAt                    time.Duration // where in the run the month's boundary falls (0: half-way)
 }
 
 // scenario is one set of faults.
@@ -113,6 +115,9 @@ func (c *config) validate() error {
 	}
 	if c.Estimate < 1 || c.MinActual < 0 || c.MinActual > c.Estimate {
 		errs = append(errs, errors.New("want 0 ≤ -min-actual ≤ -estimate, -estimate ≥ 1 (usage never above the estimate: the exact bound assumes no debt)"))
+	}
+	if err := c.validateMonth(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.validateDay(); err != nil {
 		errs = append(errs, err)
@@ -309,7 +314,8 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 	wc := workerConfig{HashKey: b.secret, Key: "sk-spill-" + sc.name + "-" + mode, Mode: mode, Share: cfg.Share, Batch: cfg.Batch,
 		Fallback: cfg.Fallback, RedisTimeout: cfg.RedisTimeout, StoreTimeout: cfg.StoreTimeout, RetryInterval: cfg.RetryInterval,
 		MaxRetries: cfg.MaxRetries, CtxTimeout: cfg.CtxTimeout, Clients: cfg.Clients, Duration: cfg.Duration, Think: cfg.Think,
-		RPM: cfg.RPM, TPM: cfg.TPM, Estimate: cfg.Estimate, MinActual: cfg.MinActual, Seed: cfg.Seed, DayRequests: cfg.DayRequests}
+		RPM: cfg.RPM, TPM: cfg.TPM, Estimate: cfg.Estimate, MinActual: cfg.MinActual, Seed: cfg.Seed, DayRequests: cfg.DayRequests,
+		MonthRequests: cfg.MonthRequests}
 	if b.proxy != nil {
 		wc.Redis = b.proxy.Addr()
 	}
@@ -367,8 +373,14 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 	} else {
 		t0 = time.Now()
 	}
+	goLine := "go\n"
+	if cfg.MonthRequests > 0 {
+		// One offset for every worker's clock, placing the 1st at 00:00 UTC
+		// MonthAt into the run.
+		goLine = fmt.Sprintf("go %d\n", int64(monthOffset(time.Now(), cfg.monthAt())))
+	}
 	for _, w := range procs {
-		if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
+		if _, err := io.WriteString(w.stdin, goLine); err != nil {
 			return r, fmt.Errorf("worker %d: %w", w.id, err)
 		}
 	}
@@ -481,7 +493,7 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 		}
 		r.TokCharged = used
 	}
-	r.ReqBound = min(exactBound(cfg.RPM, r.Elapsed), dayBound(cfg.DayRequests, r.Elapsed))
+	r.ReqBound = min(exactBound(cfg.RPM, r.Elapsed), dayBound(cfg.DayRequests, r.Elapsed), monthBound(cfg.MonthRequests))
 	r.TokBound = exactBound(cfg.TPM, r.Elapsed)
 	if r.Other > 0 {
 		return r, fmt.Errorf("%d responses neither 200 nor 429", r.Other)

@@ -92,6 +92,8 @@ func coordinatorMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RestartAt, "restart-at", 0, "when Redis is killed (restart; 0: at 40% of -duration)")
 	fs.DurationVar(&cfg.RestartDown, "restart-down", 500*time.Millisecond, "how long Redis stays down (restart)")
 	fs.Int64Var(&cfg.DayRequests, "day", 0, "requests per day of the key: a daily window beside the per-minute figures (0: none); requests exact is then the tighter bound")
+	fs.Int64Var(&cfg.MonthRequests, "month", 0, "requests per calendar month (UTC) of the key, with the month's boundary inside the run (-month-at): every worker's clock is real time plus one offset; requests exact is then at most twice the figure (0: none)")
+	fs.DurationVar(&cfg.MonthAt, "month-at", 0, "where in the run the 1st at 00:00 UTC falls (-month; 0: half-way)")
 	fs.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary")
 	fs.BoolVar(&raw, "json", false, "also print each run's measurements as JSON")
 	if err := fs.Parse(args); err != nil {
@@ -184,6 +186,7 @@ func printHeader(out io.Writer, cfg config, args []string) {
 	fmt.Fprintf(out, "each request estimated at %d tokens, reporting %d..%d; fallback %v; go-redis MaxRetries %d, ContextTimeoutEnabled %v\n",
 		cfg.Estimate, cfg.MinActual, cfg.Estimate, cfg.Fallback, cfg.MaxRetries, cfg.CtxTimeout)
 	printDay(out, cfg)
+	printMonth(out, cfg)
 	for _, name := range cfg.Scenarios {
 		sc, _ := cfg.scenario(name)
 		fmt.Fprintf(out, "  %-11s %s\n", sc.name, sc.about)

@@ -48,8 +48,48 @@ func TestRedisDayWindow(t *testing.T) {
 	}
 }
 
+// TestRedisMonthWindow: with a calendar month window on the key whose
+// boundary falls inside the run (one clock offset shared by the workers),
+// the requests admitted through Redis are held to each period's figure:
+// both periods are spent (the quota is full again at the 1st, 00:00 UTC,
+// and not before) and nothing is admitted beyond twice the figure but what
+// failed open or the fallback allowed, under lost replies, resets and
+// spikes, with and without batching and leases.
+func TestRedisMonthWindow(t *testing.T) {
+	cfg := tinyConfig(t)
+	cfg.RedisServer = redistest.Binary(t)
+	cfg.Scenarios = []string{"baseline", "drop", "reset", "spike-short"}
+	cfg.Modes = []string{modePlain, modeBatch, modeLease}
+	cfg.MonthRequests = 20 // each period far below the minute's capacity (120)
+	var out bytes.Buffer
+	rows, err := runBench(context.Background(), cfg, &out, nil)
+	require.NoError(t, err, out.String())
+	require.Len(t, rows, 12)
+	t.Log("\n" + out.String())
+	assert.Contains(t, out.String(), "a calendar month window on the key: 20 requests per month (UTC)")
+	for _, r := range rows {
+		assert.Equal(t, int64(40), r.ReqBound, "%s %s: two periods of 20", r.Scenario, r.Mode)
+		assert.Zero(t, r.Unattributed, "%s %s", r.Scenario, r.Mode)
+		assert.LessOrEqual(t, r.Admitted-r.ReqBound, r.counted(), "%s %s: requests beyond the periods' figures", r.Scenario, r.Mode)
+		assert.Greater(t, r.Admitted, int64(20)+r.counted(), "%s %s: the second period admitted too (%d hedges)", r.Scenario, r.Mode, r.Hedges)
+	}
+}
+
 func TestBadDay(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, 2, coordinatorMain([]string{"-day", "-1"}, &stdout, &stderr))
 	assert.Contains(t, stderr.String(), "-day")
+}
+
+func TestMonthOffset(t *testing.T) {
+	now := time.Date(2026, 12, 7, 23, 40, 0, 0, time.UTC)
+	off := monthOffset(now, 3*time.Second)
+	assert.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), now.Add(3*time.Second).Add(off), "3 s into the run reads as the 1st at 00:00 UTC")
+	assert.Equal(t, int64(400), monthBound(200), "two periods of 200")
+	assert.Greater(t, monthBound(0), int64(1)<<62, "no window: no bound")
+	var c config
+	c.Duration, c.MonthRequests = 6*time.Second, 10
+	assert.Equal(t, 3*time.Second, c.monthAt(), "half-way by default")
+	c.MonthAt = 6 * time.Second
+	assert.Error(t, c.validateMonth(), "the boundary must fall inside the run")
 }

@@ -55,6 +55,7 @@ type workerConfig struct {
 	MinActual     int64 // each response reports usage in [MinActual, Estimate]
 	Seed          uint64
 	DayRequests   int64 // a daily window on the key (window.go); 0: none
+	MonthRequests int64 // a calendar month window on the key (window.go); 0: none
 }
 
 // workerResult is what a worker reports, as one JSON line.
@@ -125,7 +126,10 @@ func runWorker(arg string, stdin io.Reader, stdout io.Writer) error {
 	defer w.shutdown()
 	fmt.Fprintln(stdout, "ready")
 	line, err := bufio.NewReader(stdin).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "go" {
+	if err == nil {
+		err = w.start(strings.TrimSpace(line))
+	}
+	if err != nil {
 		return fmt.Errorf("worker %d: waiting for go: %q, %v", cfg.ID, line, err)
 	}
 	w.load()
@@ -147,6 +151,8 @@ type worker struct {
 	res    workerResult
 	closed bool
 
+	offset atomic.Int64 // added to real time by now: set by "go <ns>" (the month scenario)
+
 	errorsBefore                int64 // the store's Errors() when the clock started
 	chargesBefore, lostBefore   int64 // and its Charges(): the warm-up's admissions carry no ID, so one the fallback allowed is counted lost
 	hedgesBefore, resendsBefore int64 // and its Hedges() and Resends()
@@ -154,13 +160,16 @@ type worker struct {
 
 func newWorker(cfg workerConfig) (*worker, error) {
 	w := &worker{cfg: cfg, res: workerResult{ID: cfg.ID}}
-	figures := llmrate.Limits{RequestsPerMinute: cfg.RPM, TokensPerMinute: cfg.TPM, Windows: dayWindows(cfg.DayRequests)}
+	figures := llmrate.Limits{RequestsPerMinute: cfg.RPM, TokensPerMinute: cfg.TPM, Windows: append(dayWindows(cfg.DayRequests), monthWindows(cfg.MonthRequests)...)}
 	opts := []llmrate.Option{
 		llmrate.WithTiers(llmrate.TierTable{Free: figures, Developer: figures, Team: figures, Growth: figures, Scale: figures, Enterprise: figures}),
 		llmrate.WithObserver(&w.obs),
 	}
 	if cfg.StoreTimeout > 0 {
 		opts = append(opts, llmrate.WithStoreTimeout(cfg.StoreTimeout))
+	}
+	if cfg.MonthRequests > 0 {
+		opts = append(opts, llmrate.WithClock(w.now))
 	}
 	if cfg.Mode != modeMemory {
 		secret, err := hex.DecodeString(cfg.HashKey)
@@ -173,6 +182,11 @@ func newWorker(cfg workerConfig) (*worker, error) {
 		w.probe = newProbe(cfg.Mode)
 		w.client.AddHook(w.probe)
 		sopts := []redisstore.Option{redisstore.WithHashKey(secret)}
+		if cfg.MonthRequests > 0 {
+			// The store's clock stands for the server's: real time plus the
+			// offset "go" brings, shared by every worker.
+			sopts = append(sopts, redisstore.WithClock(w.now))
+		}
 		if cfg.RedisTimeout > 0 {
 			sopts = append(sopts, redisstore.WithTimeout(cfg.RedisTimeout))
 		}
@@ -591,4 +605,24 @@ func workerMain(arg string) int {
 		return 1
 	}
 	return 0
+}
+
+// now is the workers' shared clock: real time plus the offset "go" set.
+func (w *worker) now() time.Time { return time.Now().Add(time.Duration(w.offset.Load())) }
+
+// start reads the coordinator's "go" line: "go", or "go <offset in ns>"
+// for the month scenario's shifted clock.
+func (w *worker) start(line string) error {
+	rest, ok := strings.CutPrefix(line, "go")
+	if !ok {
+		return errors.New("not go")
+	}
+	if rest = strings.TrimSpace(rest); rest != "" {
+		n, err := strconv.ParseInt(rest, 10, 64)
+		if err != nil {
+			return err
+		}
+		w.offset.Store(n)
+	}
+	return nil
 }
