@@ -13,7 +13,9 @@
 //	llmrate.decisions        counter, {decision}: every admission decision
 //	    llmrate.result   allowed | waited | refused | shadow_refused
 //	    llmrate.bucket   the refusing bucket or gauge (Bucket.String), on refusals only
-//	    llmrate.window_ms  the refusing bucket's window in whole milliseconds (60000 for the per-minute buckets), on refusals by a bucket only
+//	    llmrate.window_ms  the refusing bucket's window in whole milliseconds (60000 for the per-minute buckets), on refusals by a rolling window or a session
+//	    llmrate.calendar   day | week | month, on refusals by a calendar window (its zone is not recorded: bounded attributes)
+//	    llmrate.session    true, on refusals by a session window
 //	    llmrate.tier     the workspace's tier (Tier.String)
 //	    llmrate.plan     the request's plan (DecisionEvent.Plan: the tier's name until WithPlans)
 //	    llmrate.model    the ModelLimits entry as configured (e.g. "gpt-4o*"), "" for the default buckets
@@ -89,6 +91,8 @@ const (
 	attrResult    = attribute.Key("llmrate.result")
 	attrBucket    = attribute.Key("llmrate.bucket")
 	attrWindow    = attribute.Key("llmrate.window_ms")
+	attrCalendar  = attribute.Key("llmrate.calendar")
+	attrSession   = attribute.Key("llmrate.session")
 	attrTier      = attribute.Key("llmrate.tier")
 	attrPlan      = attribute.Key("llmrate.plan")
 	attrModel     = attribute.Key("llmrate.model")
@@ -259,6 +263,8 @@ type decisionKey struct {
 	result string
 	bucket string // "" when admitted: no llmrate.bucket
 	window int64  // the refusing bucket's window, milliseconds; 0: no llmrate.window_ms
+	cal    llmrate.Calendar
+	sess   bool
 	tier   llmrate.Tier
 	plan   string // bounded (names)
 	model  string // bounded (names)
@@ -283,6 +289,7 @@ func (o *Observer) keyOf(e llmrate.DecisionEvent) decisionKey {
 		// (0 for a gauge: no attribute). A window is whole milliseconds,
 		// so this is exact: a 1 s and a 1.5 s window are told apart.
 		k.window = e.Window.Milliseconds()
+		k.cal, k.sess = e.Calendar, e.Session
 	}
 	return k
 }
@@ -295,6 +302,12 @@ func (k decisionKey) attributes() attribute.Set {
 	}
 	if k.window > 0 {
 		kvs = append(kvs, attrWindow.Int64(k.window))
+	}
+	if k.cal != llmrate.NoCalendar {
+		kvs = append(kvs, attrCalendar.String(k.cal.String()))
+	}
+	if k.sess {
+		kvs = append(kvs, attrSession.Bool(true))
 	}
 	return attribute.NewSet(kvs...)
 }

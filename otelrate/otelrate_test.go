@@ -180,6 +180,19 @@ func TestWindowExact(t *testing.T) {
 	}, counts(t, collect(t, reader), "llmrate.decisions"))
 }
 
+// TestCalendarAndSessionRefusals: a calendar window's refusal (Window 0)
+// is told by its calendar, a session's by its window and llmrate.session.
+func TestCalendarAndSessionRefusals(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyTokens, Calendar: llmrate.CalendarMonth, Zone: "Europe/Berlin", Tier: llmrate.Free})
+	obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyRequests, Window: 5 * time.Hour, Session: true, Tier: llmrate.Free})
+	assert.Equal(t, map[string]int64{
+		"llmrate.bucket=key_tokens,llmrate.calendar=month,llmrate.model=,llmrate.plan=,llmrate.result=refused,llmrate.tier=free":                            1,
+		"llmrate.bucket=key_requests,llmrate.model=,llmrate.plan=,llmrate.result=refused,llmrate.session=true,llmrate.tier=free,llmrate.window_ms=18000000": 1,
+	}, counts(t, collect(t, reader), "llmrate.decisions"))
+}
+
 // TestPlanAndModelNamesCapped: a plan resolver may answer per workspace,
 // so an Observer records the first 256 distinct plan names, and the first
 // 256 distinct model entry names, as they are, and any other as "_other";
