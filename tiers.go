@@ -237,12 +237,34 @@ func validZone(loc *time.Location) error {
 		return nil
 	}
 	if loc == time.Local {
-		return errors.New("Zone time.Local names no zone: load one with time.LoadLocation")
+		return errors.New("zone time.Local names no zone: load one with time.LoadLocation")
 	}
+	if c, ok := zonesChecked.Load(loc); ok {
+		return c.(zoneCheck).err // an override is validated on every request: load the zone once
+	}
+	err := checkZone(loc)
+	if zonesCheckedCount.Add(1) <= maxZonesChecked {
+		zonesChecked.Store(loc, zoneCheck{err})
+	}
+	return err
+}
+
+// zonesChecked remembers validZone's answer (a zoneCheck) per location,
+// for at most maxZonesChecked locations.
+var (
+	zonesChecked      sync.Map
+	zonesCheckedCount atomic.Int64
+)
+
+const maxZonesChecked = 4096
+
+type zoneCheck struct{ err error }
+
+func checkZone(loc *time.Location) error {
 	name := loc.String()
 	l, err := time.LoadLocation(name)
 	if err != nil || name == "" || name == "Local" {
-		return fmt.Errorf("Zone %q is not a location time.LoadLocation knows (a time.FixedZone has no calendar)", name)
+		return fmt.Errorf("zone %q is not a location time.LoadLocation knows (a time.FixedZone has no calendar)", name)
 	}
 	// A FixedZone may carry a tzdata name: it must also be that zone.
 	t := time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
@@ -250,7 +272,7 @@ func validZone(loc *time.Location) error {
 		_, a := t.In(l).Zone()
 		_, b := t.In(loc).Zone()
 		if a != b {
-			return fmt.Errorf("Zone %q is not the location of that name (a time.FixedZone has no calendar)", name)
+			return fmt.Errorf("zone %q is not the location of that name (a time.FixedZone has no calendar)", name)
 		}
 		t = t.AddDate(0, 6, 0)
 	}
