@@ -54,17 +54,17 @@ func TestRedisDayWindow(t *testing.T) {
 // both periods are spent (the quota is full again at the 1st, 00:00 UTC,
 // and not before) and nothing is admitted beyond twice the figure but what
 // failed open or the fallback allowed, under lost replies, resets and
-// spikes, with and without batching and leases.
+// spikes, with and without leases.
 func TestRedisMonthWindow(t *testing.T) {
 	cfg := tinyConfig(t)
 	cfg.RedisServer = redistest.Binary(t)
-	cfg.Scenarios = []string{"baseline", "drop", "reset", "spike-short"}
-	cfg.Modes = []string{modePlain, modeBatch, modeLease}
+	cfg.Scenarios = []string{"drop", "reset", "spike-short"}
+	cfg.Modes = []string{modePlain, modeLease}
 	cfg.MonthRequests = 20 // each period far below the minute's capacity (120)
 	var out bytes.Buffer
 	rows, err := runBench(context.Background(), cfg, &out, nil)
 	require.NoError(t, err, out.String())
-	require.Len(t, rows, 12)
+	require.Len(t, rows, 6)
 	t.Log("\n" + out.String())
 	assert.Contains(t, out.String(), "a calendar month window on the key: 20 requests per month (UTC)")
 	for _, r := range rows {
