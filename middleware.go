@@ -356,7 +356,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		l.failOpen(a, "admit", &StoreError{Op: "admit", Err: err})
 		return false
 	}
-	if !a.d.Allowed && a.d.Window == 0 && a.d.Refused < KeyConcurrent {
+	if !a.d.Allowed && a.d.Window == 0 && a.d.Calendar == NoCalendar && a.d.Refused < KeyConcurrent {
 		// A store that predates windows names no window: its buckets are
 		// the per-minute ones.
 		a.d.Window = time.Minute

@@ -130,11 +130,11 @@ func (t *modelTable) match(model string) (name string, tt TierTable, ok bool) {
 }
 
 // identifyModel reads the request's model when WithModel is set and model
-// limits, a token cost or calibration use it. A non-zero
+// limits (a plan's Models), a token cost or calibration use it. A non-zero
 // status refuses the request as bad client input; fault is set when the
 // extractor panicked (the request then fails open).
 func (l *Limiter) identifyModel(r *http.Request, a *admission) (status int, code, msg string, fault error) {
-	if l.cfg.model == nil || l.models == nil && l.cfg.cost == nil && l.calib == nil {
+	if l.cfg.model == nil || l.models == nil && l.cfg.plans == nil && l.cfg.cost == nil && l.calib == nil {
 		return 0, "", "", nil
 	}
 	defer func() {
