@@ -202,7 +202,15 @@ func TestConcurrencyWorkspaceGauge(t *testing.T) {
 	assert.Equal(t, llmrate.WorkspaceConcurrent, obs.last().Refused, "three in flight in the workspace")
 	assert.Contains(t, decodeErr(t, w).Error.Message, "concurrent requests (workspace)")
 	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+	w = h.sendAs("k4", "acme", "o3", 0)
+	require.Equal(t, http.StatusTooManyRequests, w.Code, "the tier's gauge holds the entry's traffic too")
+	assert.Equal(t, llmrate.WorkspaceConcurrent, obs.last().Refused)
 
+	// The entry's own gauges, beside the tier's (which have room here).
+	g = newGate()
+	h = newHarness(t, g, llmrate.WithWorkspace(wsFromHeader), llmrate.WithObserver(obs),
+		llmrate.WithTiers(capped(100, 10_000, 10)), llmrate.WithKeyTiers(capped(100, 10_000, 10)),
+		llmrate.WithModel(modelHeaderExtractor), llmrate.WithModelLimits(llmrate.ModelLimits{"o3": capped(100, 10_000, 1)}))
 	h.inFlight(g, 1, "k3", "acme", "o3")
 	w = h.sendAs("k4", "acme", "o3", 0)
 	require.Equal(t, http.StatusTooManyRequests, w.Code, "the model entry's own gauge of 1")

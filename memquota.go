@@ -1,4 +1,1075 @@
 package llmrate
 
+import (
+	"context"
+	"math"
+	"time"
+	"unsafe"
+
+	"github.com/llmrate/llmrate/internal/calendar"
+)
+
 // Quotas implements QuotaStore.
 func (*MemoryStore) Quotas() {}
+
+var (
+	_ QuotaStore = (*MemoryStore)(nil)
+	_ Peeker     = (*MemoryStore)(nil)
+)
+
+// The memory store's side of plans and quotas (QuotaStore): Unlimited
+// per-minute figures, calendar and session windows, and the plan's windows
+// and gauges lent to a model entry's request (AdmitRequest.KeyPlan,
+// WorkspacePlan). A request that needs none of them never comes here, so
+// its decision costs what it did before quotas existed (quotaRequest is a
+// few comparisons); one that does takes this locked path, which also
+// decides its rolling windows, per-minute buckets, gauges and reserve in
+// the same step.
+//
+// Calendar and session windows are kept apart from the rolling windows
+// (memwindow.go), in each shard's quota sets, by the hash of the entry they
+// belong to, as the rolling windows are: a bucket holds what was spent in
+// its period (or open session), not a level, so that a changed figure
+// keeps what was spent. A set is dropped only once none of its buckets
+// holds anything for a period still in force: it is never evicted (a
+// period's spend is kept like a debt, see MemoryStore).
+
+// quotaSet is the calendar and session buckets of one entry hash.
+type quotaSet struct {
+	last int64 // the latest clock reading seen: periods never go back
+	// full is the clock reading from which no bucket holds anything (the
+	// latest end of a period or session with spend, or of an open session).
+	full int64
+	b    []quotaBucket
+}
+
+// quotaBucket is one calendar or session window meter: spent in [start,
+// end), the period (or the open session; end 0: none open, or no period
+// computed yet).
+type quotaBucket struct {
+	meter      uint8 // the index of its meter in WindowMeters' rows
+	cal        Calendar
+	session    bool
+	per        int64  // a session's Per
+	zone       string // a calendar's zone name
+	spent      int64
+	start, end int64
+}
+
+// isQuota reports whether w is a calendar or a session window.
+func isQuota(w Window) bool { return w.Calendar != NoCalendar || w.Session }
+
+// hasQuota reports whether any of ws is a calendar or a session window.
+func hasQuota(ws []Window) bool {
+	for _, w := range ws {
+		if isQuota(w) {
+			return true
+		}
+	}
+	return false
+}
+
+// lends reports whether a plan's figures lend anything to an entry's
+// request: windows or a gauge (its per-minute figures are not read).
+func lends(l *Limits) bool { return l != nil && (len(l.Windows) > 0 || l.ConcurrentRequests > 0) }
+
+// planOf is the lent figures p points to (none when nil).
+func planOf(p *Limits) Limits {
+	if p == nil {
+		return Limits{}
+	}
+	return *p
+}
+
+// unlimited reports whether l has an Unlimited per-minute figure.
+func unlimited(l *Limits) bool {
+	return l.RequestsPerMinute == Unlimited || l.TokensPerMinute == Unlimited
+}
+
+// quotaRequest reports whether an admission needs the quota path.
+func quotaRequest(r *AdmitRequest) bool {
+	return unlimited(&r.KeyLimits) || unlimited(&r.WorkspaceLimits) ||
+		r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan)) ||
+		hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows)
+}
+
+// quotaReconcile is quotaRequest for a reconcile.
+func quotaReconcile(r *ReconcileRequest) bool {
+	return unlimited(&r.KeyLimits) || unlimited(&r.WorkspaceLimits) ||
+		r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan)) ||
+		hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows)
+}
+
+// entryLimits is l as an entry's two buckets are kept: an Unlimited figure
+// as MaxPerMinute (such a bucket is never checked nor debited, so it stays
+// full and the entry is dropped as any full one; a figure that becomes
+// limited again finds it full).
+func entryLimits(l Limits) Limits {
+	if l.RequestsPerMinute == Unlimited {
+		l.RequestsPerMinute = MaxPerMinute
+	}
+	if l.TokensPerMinute == Unlimited {
+		l.TokensPerMinute = MaxPerMinute
+	}
+	return l
+}
+
+// rolling returns ws's rolling windows (ws itself when all are).
+func rolling(ws []Window) []Window {
+	if !hasQuota(ws) {
+		return ws
+	}
+	out := make([]Window, 0, len(ws))
+	for _, w := range ws {
+		if !isQuota(w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// lookup returns the bucket of meter m of window w (its identity: meter,
+// Calendar, Session, Per and the zone's name), nil if absent.
+func (qs *quotaSet) lookup(m uint8, w *Window) *quotaBucket {
+	zone := zoneName(w.Zone)
+	for i := range qs.b {
+		q := &qs.b[i]
+		if q.meter == m && q.cal == w.Calendar && q.session == w.Session && q.per == int64(w.Per) && q.zone == zone {
+			return q
+		}
+	}
+	return nil
+}
+
+// find returns the bucket of meter m of window w, created empty if absent.
+func (qs *quotaSet) find(m uint8, w *Window) *quotaBucket {
+	if q := qs.lookup(m, w); q != nil {
+		return q
+	}
+	zone := zoneName(w.Zone)
+	qs.b = append(qs.b, quotaBucket{meter: m, cal: w.Calendar, session: w.Session, per: int64(w.Per), zone: zone})
+	return &qs.b[len(qs.b)-1]
+}
+
+// at brings q to the store's clock now (at least the set's latest
+// reading): a calendar bucket into the period holding now (empty when that
+// is a new one: a period that ended in debt leaves the next one full), a
+// session closed once its end has passed.
+func (s *MemoryStore) at(q *quotaBucket, w *Window, now int64) {
+	if q.session {
+		if q.end != 0 && now >= q.end {
+			q.spent, q.start, q.end = 0, 0, 0
+		}
+		return
+	}
+	if q.end != 0 && now < q.end {
+		return
+	}
+	start, end := s.cal.Period(calendar.Kind(w.Calendar), w.Zone, time.Unix(0, now))
+	q.spent, q.start, q.end = 0, start.UnixNano(), end.UnixNano()
+}
+
+// open opens q's session at now if none is open.
+func (q *quotaBucket) open(now int64) {
+	if q.session && q.end == 0 {
+		q.start, q.end = now, now+q.per
+	}
+}
+
+// add adds delta to what q spent, bounded as a rolling bucket's level is:
+// at most 3 × fig (the level floored at −2 × capacity), at least 0 (never
+// more than full).
+func (q *quotaBucket) add(delta, fig int64) {
+	q.spent = min(max(q.spent+delta, 0), max(q.spent, 3*fig))
+}
+
+// reset is the end of q's period or open session (zero when none).
+func (q *quotaBucket) reset(loc *time.Location) time.Time {
+	if q.end == 0 {
+		return time.Time{}
+	}
+	if loc == nil {
+		loc = time.UTC
+	}
+	return time.Unix(0, q.end).In(loc)
+}
+
+// settle records when no bucket of qs holds anything any more.
+func (qs *quotaSet) settle() {
+	if qs == nil {
+		return
+	}
+	qs.full = qs.last
+	for i := range qs.b {
+		if q := &qs.b[i]; q.end != 0 && (q.spent != 0 || q.session) {
+			qs.full = max(qs.full, q.end)
+		}
+	}
+}
+
+// quotaSetOf returns the quota set of entry hash h in sh, created empty if
+// absent (nil when absent and windows holds none), its clock at least now.
+// The caller holds sh.mu. Creating one may first drop the sets that hold
+// nothing any more (lossless); a set is never evicted.
+func quotaSetOf(sh *memShard, h uint64, windows []Window, now int64) *quotaSet {
+	if qs := sh.quotas[h]; qs != nil {
+		qs.last = max(qs.last, now)
+		return qs
+	}
+	if !hasQuota(windows) {
+		return nil
+	}
+	if sh.quotas == nil {
+		sh.quotas = make(map[uint64]*quotaSet)
+		sh.quotaSweepAt = minSweep
+	}
+	if len(sh.quotas) >= sh.quotaSweepAt {
+		for k, qs := range sh.quotas {
+			if now >= qs.full {
+				delete(sh.quotas, k)
+			}
+		}
+		sh.quotaSweepAt = max(minSweep, 2*len(sh.quotas))
+	}
+	qs := &quotaSet{last: now, full: now}
+	sh.quotas[h] = qs
+	return qs
+}
+
+// qStage is one bucket of a quota-path decision: a per-minute or rolling
+// window bucket (b), or a calendar or session bucket (q).
+type qStage struct {
+	b           *bucket
+	q           *quotaBucket
+	w           *Window // nil: a per-minute bucket
+	need, debit int64   // need includes a priority reserve's floor
+	floor       int64
+	rate, cap   int64
+	period      uint64
+	bucket      Bucket
+	lent        bool
+	level       *int64        // a per-minute bucket's Remaining slot
+	levels      *WindowLevels // a window's levels
+}
+
+// have is the stage's level now.
+func (st *qStage) have() int64 {
+	if st.q != nil {
+		return st.cap - st.q.spent
+	}
+	return st.b.level
+}
+
+// wait is the stage's exact time until it holds need, capped (a per-minute
+// bucket at MaxRetryAfter, a rolling window at its Per when longer; a
+// calendar or session bucket is not capped: its period's end), with the
+// uncapped wait (beyond the cap: the cap and a nanosecond) and never.
+func (st *qStage) wait(now int64) (capped, exact time.Duration, never bool) {
+	if st.q != nil {
+		switch {
+		case st.need > st.cap:
+			return 0, 0, true
+		case st.have() >= st.need:
+			return 0, 0, false
+		}
+		d := time.Duration(st.q.end - now)
+		return d, d, false
+	}
+	c := max(MaxRetryAfter, time.Duration(st.period))
+	w, never := st.b.pwait(st.need, st.rate, st.cap, c+1, st.period)
+	return min(w, c), w, never
+}
+
+// quotaSides is what one scope of a quota-path call spends: the entry's own
+// figures (lim, with its window sets) and, for a model entry's request,
+// the plan's lent figures (plan, with the default buckets' sets, in shard
+// psh under hash ph).
+type quotaSides struct {
+	sh, psh *memShard
+	h, ph   uint64
+	lim     *Limits
+	plan    *Limits // nil: nothing lent
+	ws, pws *winSet
+	qs, pqs *quotaSet
+}
+
+// shardLocks locks each distinct shard of a call: the key shards in index
+// order, then the workspace shards in index order (the order shardState
+// describes; a call locking one shard of each class, as every other path
+// does, is a special case). It returns the unlock.
+func shardLocks(keys, wss []*memShard) func() {
+	sortShards(keys)
+	sortShards(wss)
+	var held [4]*memShard
+	n := 0
+	for _, group := range [2][]*memShard{keys, wss} {
+		var prev *memShard
+		for _, sh := range group {
+			if sh != prev {
+				sh.mu.Lock()
+				held[n] = sh
+				n++
+			}
+			prev = sh
+		}
+	}
+	return func() {
+		for i := n - 1; i >= 0; i-- {
+			held[i].mu.Unlock()
+		}
+	}
+}
+
+// sortShards orders at most two shards by address (within a class the
+// shards are one array: address order is index order).
+func sortShards(sh []*memShard) {
+	if len(sh) == 2 && uintptrOf(sh[1]) < uintptrOf(sh[0]) {
+		sh[0], sh[1] = sh[1], sh[0]
+	}
+}
+
+func uintptrOf(sh *memShard) uintptr { return uintptr(unsafe.Pointer(sh)) }
+
+// quotaCall is one locked quota-path call's state.
+type quotaCall struct {
+	s        *MemoryStore
+	now      int64
+	solo     bool
+	pk, wh   uint64 // the entry's hashes (wh alone for a Solo request)
+	pk0, wh0 uint64 // the default buckets' hashes (lent figures)
+	lent     bool
+	ks, wsh  *memShard
+	ks0, ws0 *memShard
+	ke, we   *entry // we nil for a Solo request (ke is its one entry)
+	kl, wl   Limits // the entries' figures (entryLimits)
+	unlock   func()
+	ev       evicted
+}
+
+// lockQuota locks what a call on (key, workspace, model) touches: the
+// entry's shards and entries (created full if absent, advanced to now)
+// and, when lent, the default buckets' shards.
+func (s *MemoryStore) lockQuota(key, workspace, model string, kl, wl Limits, solo, lent bool, now int64) *quotaCall {
+	c := &quotaCall{s: s, now: now, solo: solo, lent: lent && model != ""}
+	if solo {
+		c.wh = s.workspaceHash(workspace, model)
+		c.wsh = &s.ws[shardIndex(c.wh)]
+		c.kl = entryLimits(wl)
+		wss := []*memShard{c.wsh}
+		if c.lent {
+			c.wh0 = s.workspaceHash(workspace, "")
+			c.ws0 = &s.ws[shardIndex(c.wh0)]
+			wss = append(wss, c.ws0)
+		}
+		c.unlock = shardLocks(nil, wss)
+		c.ke = getEntry(c.wsh, s.perShard, c.wh, &c.kl, now, &c.ev)
+		c.ke.advance(now, &c.kl)
+		c.ke.mark.setSolo(true)
+		return c
+	}
+	c.pk, c.wh = s.hashes(key, workspace, model)
+	c.ks, c.wsh = s.shards(c.pk, c.wh)
+	c.kl, c.wl = entryLimits(kl), entryLimits(wl)
+	keys, wss := []*memShard{c.ks}, []*memShard{c.wsh}
+	if c.lent {
+		c.pk0, c.wh0 = s.hashes(key, workspace, "")
+		c.ks0, c.ws0 = s.shards(c.pk0, c.wh0)
+		keys, wss = append(keys, c.ks0), append(wss, c.ws0)
+	}
+	c.unlock = shardLocks(keys, wss)
+	c.ke = getEntry(c.ks, s.perShard, c.pk, &c.kl, now, &c.ev)
+	c.we = getEntry(c.wsh, s.perShard, c.wh, &c.wl, now, &c.ev)
+	c.ke.advance(now, &c.kl)
+	c.we.advance(now, &c.wl)
+	c.we.mark.setSolo(false)
+	return c
+}
+
+// done settles the entries, releases everything and counts evictions.
+func (c *quotaCall) done() {
+	if c.solo {
+		c.ke.settle(&c.kl)
+		c.ke.release(c.wsh.epoch.Load())
+	} else {
+		c.ke.settle(&c.kl)
+		c.we.settle(&c.wl)
+		releasePair(c.ks, c.wsh, c.ke, c.we)
+	}
+	c.unlock()
+	c.s.noteEvictions(c.ev)
+}
+
+// sets returns the rolling window set and the quota set of hash h in sh
+// for windows (nil when absent and not needed), an admission's rolling
+// buckets advanced to now.
+//
+// A call may fetch up to four sets from one shard (a plan's and an
+// entry's, of either scope): until the caller settles them, each set
+// fetched is marked so that fetching the next can neither sweep it (as
+// full) nor evict it (as not in debt).
+func (c *quotaCall) sets(sh *memShard, h uint64, windows []Window, last int64, admission bool) (*winSet, *quotaSet) {
+	roll := rolling(windows)
+	at := roll // an admission refills its rolling buckets at its figures
+	if !admission {
+		at = nil // a reconcile only what it charges (reconcileQuotaWindows)
+	}
+	ws := winSetOf(sh, c.s.perShard, h, roll, at, c.now, last, &c.ev)
+	if ws != nil {
+		ws.full, ws.debt = math.MaxInt64, true // settle sets both
+	}
+	qs := quotaSetOf(sh, h, windows, c.now)
+	if qs != nil {
+		qs.full = math.MaxInt64 // settle sets it
+	}
+	return ws, qs
+}
+
+// stager builds a decision's stages, in the order they are checked.
+type stager struct {
+	c             *quotaCall
+	st            []qStage
+	tokens, input int64
+}
+
+// perMinute adds a per-minute bucket's stage, unless its figure is
+// Unlimited (no bucket: its Remaining reads 0).
+func (g *stager) perMinute(b *bucket, fig, need int64, name Bucket, rem *int64) {
+	if fig == Unlimited {
+		return
+	}
+	g.st = append(g.st, qStage{b: b, need: need, debit: need, rate: fig, cap: 2 * fig, period: minute, bucket: name, level: rem})
+}
+
+// windows adds the stages of windows (scope 0: the key's meters, 1: the
+// workspace's) in sets ws (rolling) and qs (calendar and session),
+// reporting to levels.
+func (g *stager) windows(windows []Window, scope int, ws *winSet, qs *quotaSet, lent bool, levels []WindowLevels) {
+	now := max(g.c.now, qsLast(qs))
+	// Create the missing rolling buckets first: stages point into ws.b,
+	// which creating may move (and the quota buckets likewise into qs.b).
+	for i := range windows {
+		w := &windows[i]
+		for m, b := range WindowMeters()[scope] {
+			if f := w.Figure(b); f > 0 {
+				if isQuota(*w) {
+					g.c.s.at(qs.find(uint8(m), w), w, now)
+				} else {
+					ws.find(uint8(m), int64(w.Per), f, ws.last)
+				}
+			}
+		}
+	}
+	for i := range windows {
+		w := &windows[i]
+		for m, b := range WindowMeters()[scope] {
+			f := w.Figure(b)
+			if f == 0 {
+				continue
+			}
+			s := qStage{w: w, rate: f, cap: f, period: uint64(w.Per), bucket: b, lent: lent, levels: &levels[i]}
+			if isQuota(*w) {
+				s.q = qs.find(uint8(m), w)
+			} else {
+				s.b = &ws.find(uint8(m), int64(w.Per), f, ws.last).bucket
+			}
+			switch m {
+			case 0:
+				s.need, s.debit = 1, 1
+			case 1:
+				s.need, s.debit = g.tokens, g.tokens
+			case 2:
+				s.need, s.debit = g.input, g.input
+			case 3:
+				s.need = 1
+			}
+			g.st = append(g.st, s)
+		}
+	}
+}
+
+func qsLast(qs *quotaSet) int64 {
+	if qs == nil {
+		return 0
+	}
+	return qs.last
+}
+
+// quotaGauge is one gauge of a quota-path decision.
+type quotaGauge struct {
+	sh        *memShard
+	h         uint64
+	cap, held int64
+	floor     int64
+	bucket    Bucket
+	lent      bool
+}
+
+// admitQuota is Admit on the quota path.
+func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
+	now := r.Now.UnixNano()
+	lent := r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan))
+	kp, wp := planOf(r.KeyPlan), planOf(r.WorkspacePlan)
+	gauged := r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 ||
+		lent && (kp.ConcurrentRequests > 0 || wp.ConcurrentRequests > 0)
+	if gauged && r.ID == "" {
+		return Decision{}, ErrNoAdmissionID
+	}
+	c := s.lockQuota(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, r.Solo, lent, now)
+	defer c.done()
+	holder := c.ks
+	if r.Solo {
+		holder = c.wsh
+	}
+	if r.ID != "" {
+		if _, dup := holder.held[r.ID]; dup {
+			return Decision{}, errHeldID
+		}
+	}
+	g := stager{c: c, tokens: r.Tokens, input: max(0, r.InputTokens)}
+	var d Decision
+	// Levels, indexed as each set of windows.
+	var kls, wls, kpl, wpl []WindowLevels
+	var gauges []quotaGauge
+	if r.Solo {
+		lim := r.WorkspaceLimits
+		g.perMinute(&c.ke.req, lim.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
+		g.perMinute(&c.ke.tok, lim.TokensPerMinute, r.Tokens, KeyTokens, &d.Remaining[KeyTokens])
+		var plan Limits
+		if c.lent {
+			plan = wp
+			pws, pqs := c.sets(c.ws0, c.wh0, plan.Windows, c.ke.last, true)
+			wpl = make([]WindowLevels, len(plan.Windows))
+			g.windows(plan.Windows, 0, pws, pqs, true, wpl)
+			defer pws.settle()
+			defer pqs.settle()
+		}
+		ws, qs := c.sets(c.wsh, c.wh, lim.Windows, c.ke.last, true)
+		wls = make([]WindowLevels, len(lim.Windows))
+		g.windows(lim.Windows, 0, ws, qs, false, wls)
+		defer ws.settle()
+		defer qs.settle()
+		if plan.ConcurrentRequests > 0 {
+			gauges = append(gauges, quotaGauge{sh: c.ws0, h: c.wh0, cap: plan.ConcurrentRequests, bucket: KeyConcurrent, lent: true})
+		}
+		if lim.ConcurrentRequests > 0 {
+			gauges = append(gauges, quotaGauge{sh: c.wsh, h: c.wh, cap: lim.ConcurrentRequests, bucket: KeyConcurrent})
+		}
+		kls, kpl = wls, wpl
+	} else {
+		g.perMinute(&c.ke.req, r.KeyLimits.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
+		g.perMinute(&c.ke.tok, r.KeyLimits.TokensPerMinute, r.Tokens, KeyTokens, &d.Remaining[KeyTokens])
+		g.perMinute(&c.we.req, r.WorkspaceLimits.RequestsPerMinute, 1, WorkspaceRequests, &d.Remaining[WorkspaceRequests])
+		g.perMinute(&c.we.tok, r.WorkspaceLimits.TokensPerMinute, r.Tokens, WorkspaceTokens, &d.Remaining[WorkspaceTokens])
+		for scope, sd := range [2]struct {
+			sh, psh *memShard
+			h, ph   uint64
+			lim     *Limits
+			plan    *Limits
+			last    int64
+			levels  *[]WindowLevels
+			plevels *[]WindowLevels
+		}{
+			{c.ks, c.ks0, c.pk, c.pk0, &r.KeyLimits, &kp, c.ke.last, &kls, &kpl},
+			{c.wsh, c.ws0, c.wh, c.wh0, &r.WorkspaceLimits, &wp, c.we.last, &wls, &wpl},
+		} {
+			if c.lent {
+				pws, pqs := c.sets(sd.psh, sd.ph, sd.plan.Windows, sd.last, true)
+				*sd.plevels = make([]WindowLevels, len(sd.plan.Windows))
+				g.windows(sd.plan.Windows, scope, pws, pqs, true, *sd.plevels)
+				defer pws.settle()
+				defer pqs.settle()
+			}
+			ws, qs := c.sets(sd.sh, sd.h, sd.lim.Windows, sd.last, true)
+			*sd.levels = make([]WindowLevels, len(sd.lim.Windows))
+			g.windows(sd.lim.Windows, scope, ws, qs, false, *sd.levels)
+			defer ws.settle()
+			defer qs.settle()
+		}
+		for scope, sd := range [2]struct {
+			sh, psh *memShard
+			h, ph   uint64
+			lim     *Limits
+			plan    *Limits
+		}{
+			{c.ks, c.ks0, c.pk, c.pk0, &r.KeyLimits, &kp},
+			{c.wsh, c.ws0, c.wh, c.wh0, &r.WorkspaceLimits, &wp},
+		} {
+			b := [2]Bucket{KeyConcurrent, WorkspaceConcurrent}[scope]
+			if c.lent && sd.plan.ConcurrentRequests > 0 {
+				gauges = append(gauges, quotaGauge{sh: sd.psh, h: sd.ph, cap: sd.plan.ConcurrentRequests, bucket: b, lent: true})
+			}
+			if sd.lim.ConcurrentRequests > 0 {
+				gauges = append(gauges, quotaGauge{sh: sd.sh, h: sd.h, cap: sd.lim.ConcurrentRequests, bucket: b})
+			}
+		}
+	}
+	for i := range gauges {
+		gauges[i].held = gauges[i].sh.inFlight[gauges[i].h]
+	}
+	if r.Reserve > 0 {
+		for i := range g.st {
+			st := &g.st[i]
+			st.floor = ReserveFloor(r.Reserve, st.cap)
+			st.need = min(st.need, st.cap+1) + st.floor
+		}
+		for i := range gauges {
+			gauges[i].floor = ReserveFloor(r.Reserve, gauges[i].cap)
+		}
+	}
+	s.decideQuota(&d, g.st, gauges, stageWait(r), now)
+	// Report the levels.
+	for i := range g.st {
+		st := &g.st[i]
+		if st.level != nil {
+			*st.level = st.have()
+			continue
+		}
+		st.levels.set(st.bucket, st.have())
+		if st.q != nil {
+			st.levels.Reset = st.q.reset(st.w.Zone)
+		}
+	}
+	if r.Solo {
+		d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens] = d.Remaining[KeyRequests], d.Remaining[KeyTokens]
+	}
+	d.KeyWindows, d.WorkspaceWindows = nilIfEmpty(kls), nilIfEmpty(wls)
+	d.KeyPlanWindows, d.WorkspacePlanWindows = nilIfEmpty(kpl), nilIfEmpty(wpl)
+	if r.Solo {
+		d.KeyPlanWindows = d.WorkspacePlanWindows
+	}
+	if d.Allowed && len(gauges) > 0 {
+		var hs heldSlots
+		for _, q := range gauges {
+			q.sh.take(q.h)
+			switch {
+			case q.lent && q.bucket == WorkspaceConcurrent:
+				hs.wp, hs.haveWP = q.h, true
+			case q.lent:
+				hs.kp, hs.haveKP = q.h, true
+			case q.bucket == WorkspaceConcurrent:
+				hs.ws, hs.haveWS = q.h, true
+			default:
+				hs.key, hs.haveKey = q.h, true
+			}
+		}
+		holder.hold(r.ID, hs)
+	}
+	return d, nil
+}
+
+func nilIfEmpty(l []WindowLevels) []WindowLevels {
+	if len(l) == 0 {
+		return nil
+	}
+	return l
+}
+
+// decideQuota decides over the stages in order, then the gauges: all are
+// debited (a session bucket opened) only if all have room and every gauge
+// a slot above its floor; the caller takes the slots. A reservation
+// (maxWait > 0) is granted only when every calendar and session bucket has
+// room now: one that waits for a period's start or a session's end is
+// refused, its RetryAfter the time to that boundary.
+func (s *MemoryStore) decideQuota(d *Decision, st []qStage, gauges []quotaGauge, maxWait time.Duration, now int64) {
+	refused := -1
+	for i := range st {
+		if st[i].have() < st[i].need {
+			refused = i
+			break
+		}
+	}
+	debit := func() {
+		for i := range st {
+			if q := st[i].q; q != nil {
+				q.open(now)
+				q.spent += st[i].debit
+			} else {
+				st[i].b.level -= st[i].debit
+			}
+		}
+	}
+	fullGauge := func() (quotaGauge, bool) {
+		for _, g := range gauges {
+			if g.held+g.floor >= g.cap {
+				return g, true
+			}
+		}
+		return quotaGauge{}, false
+	}
+	if refused < 0 {
+		if g, full := fullGauge(); full {
+			d.Refused, d.RetryAfter, d.Lent, d.ByReserve = g.bucket, time.Second, g.lent, g.held < g.cap
+			return
+		}
+		debit()
+		d.Allowed = true
+		return
+	}
+	rs := &st[refused]
+	d.Refused, d.Lent = rs.bucket, rs.lent
+	if rs.w != nil {
+		d.Window, d.Calendar, d.Zone, d.Session = rs.w.Per, rs.w.Calendar, zoneName(rs.w.Zone), rs.w.Session
+	} else {
+		d.Window = time.Minute
+	}
+	d.ByReserve = rs.floor > 0 && rs.have() >= rs.need-rs.floor
+	var exact time.Duration
+	quotaWaits := false
+	for i := range st {
+		c, e, never := st[i].wait(now)
+		d.NeverFits = d.NeverFits || never
+		d.RetryAfter = max(d.RetryAfter, c)
+		exact = max(exact, e)
+		if st[i].q != nil && e > 0 {
+			quotaWaits = true
+		}
+	}
+	if maxWait <= 0 || d.NeverFits || exact > maxWait || quotaWaits {
+		return
+	}
+	if g, full := fullGauge(); full {
+		d.Refused, d.Window, d.Calendar, d.Zone, d.Session, d.Lent = g.bucket, 0, 0, "", false, g.lent
+		d.RetryAfter, d.ByReserve = max(d.RetryAfter, time.Second), g.held < g.cap
+		return
+	}
+	debit()
+	d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter, d.ByReserve, d.Lent = true, 0, 0, exact, 0, false, false
+	d.Calendar, d.Zone, d.Session = 0, "", false
+}
+
+// reconcileQuota is Reconcile on the quota path: the per-minute tokens
+// buckets (none for an Unlimited figure), the entry's windows and the
+// plan's lent ones in one step, releasing the admission's slots.
+func (s *MemoryStore) reconcileQuota(r ReconcileRequest) {
+	now := r.Now.UnixNano()
+	lent := r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan))
+	kp, wp := planOf(r.KeyPlan), planOf(r.WorkspacePlan)
+	c := s.lockQuota(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, r.Solo, lent, now)
+	defer c.done()
+	admitted := r.Admitted.UnixNano()
+	if r.Admitted.IsZero() {
+		admitted = now
+	}
+	type side struct {
+		sh    *memShard
+		h     uint64
+		lim   *Limits
+		scope int
+		last  int64
+	}
+	var sides []side
+	holder := c.ks
+	if r.Solo {
+		holder = c.wsh
+		reconcileLimited(c.ke, r, WorkspaceTokens, r.WorkspaceLimits)
+		if c.lent {
+			sides = append(sides, side{c.ws0, c.wh0, &wp, 0, c.ke.last})
+		}
+		sides = append(sides, side{c.wsh, c.wh, &r.WorkspaceLimits, 0, c.ke.last})
+	} else {
+		reconcileLimited(c.ke, r, KeyTokens, r.KeyLimits)
+		reconcileLimited(c.we, r, WorkspaceTokens, r.WorkspaceLimits)
+		if c.lent {
+			sides = append(sides, side{c.ks0, c.pk0, &kp, 0, c.ke.last}, side{c.ws0, c.wh0, &wp, 1, c.we.last})
+		}
+		sides = append(sides, side{c.ks, c.pk, &r.KeyLimits, 0, c.ke.last}, side{c.wsh, c.wh, &r.WorkspaceLimits, 1, c.we.last})
+	}
+	for _, sd := range sides {
+		if len(sd.lim.Windows) == 0 {
+			continue
+		}
+		ws, qs := c.sets(sd.sh, sd.h, sd.lim.Windows, sd.last, false)
+		s.reconcileQuotaWindows(ws, qs, r, sd.lim.Windows, sd.scope, admitted)
+		ws.settle()
+		qs.settle()
+	}
+	if hs, ok := holder.unhold(r.ID); ok {
+		if hs.haveKey {
+			holder.give(hs.key)
+		}
+		if hs.haveWS {
+			c.wsh.give(hs.ws)
+		}
+		if hs.haveKP {
+			shardOf(s, hs.kp, c.ks0, c.ws0, r.Solo).give(hs.kp)
+		}
+		if hs.haveWP {
+			c.ws0.give(hs.wp)
+		}
+	}
+}
+
+// reconcileLimited is reconcileEntry for figures that may be Unlimited:
+// such a bucket does not exist and is skipped.
+func reconcileLimited(e *entry, r ReconcileRequest, tok Bucket, lim Limits) {
+	if r.Refund {
+		if lim.RequestsPerMinute != Unlimited {
+			e.req.adjust(-1, 2*lim.RequestsPerMinute)
+		}
+		if lim.TokensPerMinute != Unlimited {
+			e.tok.adjust(-r.Estimate, 2*lim.TokensPerMinute)
+		}
+		return
+	}
+	if lim.TokensPerMinute != Unlimited {
+		e.tok.adjust(r.BoundedActual(tok)-r.Estimate, 2*lim.TokensPerMinute)
+	}
+}
+
+// shardOf is the shard holding lent key gauge kp: the default key shard
+// (a Solo request's one gauge is kept in the workspace's).
+func shardOf(_ *MemoryStore, _ uint64, ks0, ws0 *memShard, solo bool) *memShard {
+	if solo {
+		return ws0
+	}
+	return ks0
+}
+
+// reconcileQuotaWindows applies r to windows' buckets in ws (rolling) and
+// qs (calendar and session): a rolling bucket as any reconcile does; a
+// calendar or session bucket adds the charge to the period (or session)
+// of the admission (admitted) while it is in force, else lands a debit
+// still owed in the current one (opening a session at now if none is)
+// and drops a credit.
+func (s *MemoryStore) reconcileQuotaWindows(ws *winSet, qs *quotaSet, r ReconcileRequest, windows []Window, scope int, admitted int64) {
+	now := max(s0(qs), r.Now.UnixNano())
+	for i := range windows {
+		w := &windows[i]
+		for m, b := range WindowMeters()[scope] {
+			f := w.Figure(b)
+			if f == 0 {
+				continue
+			}
+			delta := r.WindowDelta(b, *w)
+			if !isQuota(*w) {
+				if delta != 0 { // as reconcileWindows: at the figure it last stored
+					wb := ws.find(uint8(m), int64(w.Per), f, ws.last)
+					wb.refill(r.Now.UnixNano())
+					wb.adjust(delta, wb.fig)
+				}
+				continue
+			}
+			q := qs.find(uint8(m), w)
+			s.at(q, w, now)
+			inForce := q.end != 0 && admitted >= q.start && admitted < q.end
+			switch {
+			case inForce:
+				q.add(delta, f)
+			case delta > 0:
+				if q.session && q.end == 0 {
+					openSession(qs, w, scope, now) // one session for all the window's meters
+					q = qs.find(uint8(m), w)       // creating the others may have moved it
+				}
+				q.add(delta, f)
+			}
+		}
+	}
+}
+
+// openSession opens session window w's session at now in each of its
+// meters' buckets that has none open (a late debit opening it).
+func openSession(qs *quotaSet, w *Window, scope int, now int64) {
+	for m, b := range WindowMeters()[scope] {
+		if w.Figure(b) > 0 {
+			q := qs.find(uint8(m), w)
+			if q.end != 0 && now >= q.end {
+				q.spent, q.start, q.end = 0, 0, 0
+			}
+			q.open(now)
+		}
+	}
+}
+
+func s0(qs *quotaSet) int64 {
+	if qs == nil {
+		return 0
+	}
+	return qs.last
+}
+
+// Peek implements Peeker: the levels Admit would find for r now, debiting
+// nothing, taking no slot, opening no session and creating nothing.
+func (s *MemoryStore) Peek(_ context.Context, r AdmitRequest) (Decision, error) {
+	now := r.Now.UnixNano()
+	var d Decision
+	b := s.exactLevels(r.Key, r.Workspace, r.Model, entryLimits(r.KeyLimits), entryLimits(r.WorkspaceLimits), r.Now)
+	for i := range d.Remaining {
+		if Bucket(i).PerMinute(r.KeyLimits, r.WorkspaceLimits) != Unlimited {
+			d.Remaining[i] = b[i].level
+		}
+	}
+	if r.Solo {
+		d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens] = d.Remaining[KeyRequests], d.Remaining[KeyTokens]
+	}
+	lent := r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan))
+	kp, wp := planOf(r.KeyPlan), planOf(r.WorkspacePlan)
+	var pk, wh, pk0, wh0 uint64
+	if r.Solo {
+		wh = s.workspaceHash(r.Workspace, r.Model)
+		wh0 = s.workspaceHash(r.Workspace, "")
+		d.WorkspaceWindows = s.peekWindows(&s.ws[shardIndex(wh)], wh, r.WorkspaceLimits.Windows, 0, now)
+		d.KeyWindows = d.WorkspaceWindows
+		if lent {
+			d.WorkspacePlanWindows = s.peekWindows(&s.ws[shardIndex(wh0)], wh0, wp.Windows, 0, now)
+			d.KeyPlanWindows = d.WorkspacePlanWindows
+		}
+		return d, nil
+	}
+	pk, wh = s.hashes(r.Key, r.Workspace, r.Model)
+	d.KeyWindows = s.peekWindows(&s.keys[shardIndex(pk)], pk, r.KeyLimits.Windows, 0, now)
+	d.WorkspaceWindows = s.peekWindows(&s.ws[shardIndex(wh)], wh, r.WorkspaceLimits.Windows, 1, now)
+	if lent {
+		pk0, wh0 = s.hashes(r.Key, r.Workspace, "")
+		d.KeyPlanWindows = s.peekWindows(&s.keys[shardIndex(pk0)], pk0, kp.Windows, 0, now)
+		d.WorkspacePlanWindows = s.peekWindows(&s.ws[shardIndex(wh0)], wh0, wp.Windows, 1, now)
+	}
+	return d, nil
+}
+
+// peekWindows returns windows' levels in hash h's sets of sh as of now
+// (a bucket never seen reads full), changing nothing.
+func (s *MemoryStore) peekWindows(sh *memShard, h uint64, windows []Window, scope int, now int64) []WindowLevels {
+	if len(windows) == 0 {
+		return nil
+	}
+	out := make([]WindowLevels, len(windows))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ws, qs := sh.wins[h], sh.quotas[h]
+	for i := range windows {
+		w := &windows[i]
+		for m, b := range WindowMeters()[scope] {
+			f := w.Figure(b)
+			if f == 0 {
+				continue
+			}
+			level := f
+			switch {
+			case isQuota(*w):
+				q := quotaBucket{cal: w.Calendar, session: w.Session, per: int64(w.Per)}
+				at := now
+				if qs != nil {
+					if p := qs.lookup(uint8(m), w); p != nil {
+						q = *p // a copy: Peek changes nothing
+					}
+					at = max(at, qs.last)
+				}
+				s.at(&q, w, at)
+				level = f - q.spent
+				if q.session && q.end == 0 {
+					break
+				}
+				out[i].Reset = q.reset(w.Zone)
+			case ws != nil:
+				for _, wb := range ws.b {
+					if wb.meter == uint8(m) && wb.per == int64(w.Per) {
+						level = peekRolling(wb, f, now)
+						break
+					}
+				}
+			}
+			out[i].set(b, level)
+		}
+	}
+	return out
+}
+
+// followQuotas is Follow's part for calendar and session windows: each
+// bucket of r's windows (the plan's lent ones included) takes the spend d
+// reports for it, when more than its own, in the period (or session) d
+// reports (WindowLevels.Reset): a later period than its own replaces it,
+// an earlier one is stale and ignored. Nothing is given back: a bucket
+// keeps the larger of the two spends.
+func (s *MemoryStore) followQuotas(r *AdmitRequest, d *Decision) {
+	now := r.Now.UnixNano()
+	lent := r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan))
+	kp, wp := planOf(r.KeyPlan), planOf(r.WorkspacePlan)
+	type side struct {
+		sh     *memShard
+		h      uint64
+		lim    *Limits
+		levels []WindowLevels
+		scope  int
+	}
+	var sides []side
+	if r.Solo {
+		wh := s.workspaceHash(r.Workspace, r.Model)
+		sides = append(sides, side{&s.ws[shardIndex(wh)], wh, &r.WorkspaceLimits, d.WorkspaceWindows, 0})
+		if lent {
+			wh0 := s.workspaceHash(r.Workspace, "")
+			sides = append(sides, side{&s.ws[shardIndex(wh0)], wh0, &wp, d.WorkspacePlanWindows, 0})
+		}
+	} else {
+		pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
+		sides = append(sides, side{&s.keys[shardIndex(pk)], pk, &r.KeyLimits, d.KeyWindows, 0},
+			side{&s.ws[shardIndex(wh)], wh, &r.WorkspaceLimits, d.WorkspaceWindows, 1})
+		if lent {
+			pk0, wh0 := s.hashes(r.Key, r.Workspace, "")
+			sides = append(sides, side{&s.keys[shardIndex(pk0)], pk0, &kp, d.KeyPlanWindows, 0},
+				side{&s.ws[shardIndex(wh0)], wh0, &wp, d.WorkspacePlanWindows, 1})
+		}
+	}
+	for _, sd := range sides {
+		if !hasQuota(sd.lim.Windows) || len(sd.levels) != len(sd.lim.Windows) {
+			continue
+		}
+		sd.sh.mu.Lock()
+		qs := quotaSetOf(sd.sh, sd.h, sd.lim.Windows, now)
+		for i := range sd.lim.Windows {
+			w := &sd.lim.Windows[i]
+			if !isQuota(*w) {
+				continue
+			}
+			for m, b := range WindowMeters()[sd.scope] {
+				f := w.Figure(b)
+				if f == 0 {
+					continue
+				}
+				q := qs.find(uint8(m), w)
+				s.at(q, w, qs.last)
+				s.follow(q, w, max(f-sd.levels[i].Level(b), 0), sd.levels[i].Reset)
+			}
+		}
+		qs.settle()
+		sd.sh.mu.Unlock()
+	}
+}
+
+// follow lowers q to a reported spend in the period (or session) ending at
+// reset (zero: q's own period; for a session, none open there).
+func (s *MemoryStore) follow(q *quotaBucket, w *Window, spent int64, reset time.Time) {
+	if reset.IsZero() {
+		if !q.session {
+			q.spent = max(q.spent, spent)
+		}
+		return
+	}
+	end := reset.UnixNano()
+	switch {
+	case end == q.end:
+		q.spent = max(q.spent, spent)
+	case end > q.end:
+		start := end - q.per
+		if !q.session {
+			st, _ := s.cal.Period(calendar.Kind(w.Calendar), w.Zone, reset.Add(-time.Nanosecond))
+			start = st.UnixNano()
+		}
+		if q.session && q.end != 0 {
+			spent = max(spent, q.spent) // two sessions: give nothing back
+		}
+		q.spent, q.start, q.end = spent, start, end
+	}
+}
+
+// peekRolling is the level an admission at now under figure f would find
+// in wb (winSet.advance's rule, on a copy): full at f once time alone has
+// refilled it at its own figure, else refilled at f, clamped.
+func peekRolling(wb winBucket, f, now int64) int64 {
+	c := wb
+	if c.refill(now); c.level >= c.fig {
+		return f
+	}
+	wb.fig = f
+	wb.refill(now)
+	return wb.level
+}

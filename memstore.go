@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/llmrate/llmrate/internal/calendar"
 )
 
 // DefaultMaxKeys is the memory store's default bound on tracked entries, per
@@ -91,6 +93,7 @@ type MemoryStore struct {
 	maxTotal int
 	err      error                   // an invalid option, reported by Err
 	ids      atomic.Pointer[idTable] // identities seen (memidentity.go); nil until one is
+	cal      calendar.Cache          // calendar windows' periods (memquota.go)
 }
 
 // entry holds the two buckets of one key (within its workspace) or of one
@@ -199,6 +202,10 @@ type shardState struct {
 	// each entry hash's window buckets, bounded as the entries are.
 	wins       map[uint64]*winSet
 	winSweepAt int
+	// Calendar and session windows (memquota.go): each entry hash's, kept
+	// while a period or session in force holds anything.
+	quotas       map[uint64]*quotaSet
+	quotaSweepAt int
 }
 
 // heldSlots is what one admission took: a slot of the key gauge (its hash
@@ -207,6 +214,10 @@ type shardState struct {
 type heldSlots struct {
 	key, ws         uint64
 	haveKey, haveWS bool
+	// The plan's gauges lent to a model entry's request (memquota.go), in
+	// the default buckets' shards.
+	kp, wp         uint64
+	haveKP, haveWP bool
 }
 
 // gaugeCheck is what decide needs to know of the gauges in force: each
@@ -541,6 +552,9 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 	if r.ID != "" {
 		return s.admitOnce(r)
 	}
+	if quotaRequest(&r) {
+		return s.admitQuota(r)
+	}
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return Decision{}, ErrNoAdmissionID
 	}
@@ -557,6 +571,9 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 // a priority reserve (AdmitRequest.Reserve: its floors are decided as a
 // window's stages are), or admitGauged under a gauge.
 func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
+	if quotaRequest(&r) {
+		return s.admitQuota(r)
+	}
 	if windowed(r.KeyLimits, r.WorkspaceLimits) {
 		return s.admitWindowed(r, nil)
 	}
@@ -658,6 +675,10 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 }
 
 func (s *MemoryStore) reconcile(r ReconcileRequest) {
+	if quotaReconcile(&r) {
+		s.reconcileQuota(r)
+		return
+	}
 	if windowed(r.KeyLimits, r.WorkspaceLimits) {
 		s.reconcileWindowed(r)
 		return
@@ -1038,25 +1059,47 @@ func makeRoom(sh *memShard, bound int, now int64, ev *evicted) {
 // more than that (the larger of the two spends is kept, not their sum:
 // the caller charges the fallback's admissions to the shared store, as
 // redisstore does, for the sum). A level below the memory store's debt
-// floor (−2 × capacity) is taken at the floor. Windows and gauges are not
+// floor (−2 × capacity) is taken at the floor. Calendar and session
+// windows (the plan's lent ones included) are followed too: each takes the
+// larger of its own spend and the one d reports (Decision.KeyWindows...,
+// with WindowLevels.Reset naming the period or session), so that an outage
+// never gives a spent quota back. Rolling windows and gauges are not
 // followed; an entry not tracked yet is created, full, then lowered. An
 // entry Follow set, until this store spends on it, is a copy: it goes
 // first when room is needed, without counting as an eviction, debt or not
 // (see MemoryStore).
 func (s *MemoryStore) Follow(r AdmitRequest, d Decision) {
 	now := r.Now.UnixNano()
+	kl, wl := r.KeyLimits, r.WorkspaceLimits
+	quota := quotaRequest(&r)
+	if quota {
+		// An Unlimited bucket is kept full (entryLimits): a reported 0 is
+		// no level to follow.
+		kl, wl = entryLimits(kl), entryLimits(wl)
+		for i, f := range [4]int64{r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute, r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute} {
+			if f == Unlimited {
+				d.Remaining[i] = 2 * MaxPerMinute
+			}
+		}
+	}
 	if r.Solo {
-		sh, e, ev := s.soloEntry(r.Workspace, r.Model, &r.WorkspaceLimits, now)
-		e.lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], &r.WorkspaceLimits)
+		sh, e, ev := s.soloEntry(r.Workspace, r.Model, &wl, now)
+		e.lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], &wl)
 		e.release(sh.epoch.Load())
 		s.noteEvictions(ev)
+		if quota {
+			s.followQuotas(&r, &d)
+		}
 		return
 	}
-	ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
-	ke.lower(d.Remaining[KeyRequests], d.Remaining[KeyTokens], &r.KeyLimits)
-	we.lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], &r.WorkspaceLimits)
+	ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, &kl, &wl, now)
+	ke.lower(d.Remaining[KeyRequests], d.Remaining[KeyTokens], &kl)
+	we.lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], &wl)
 	releasePair(ks, wsh, ke, we)
 	s.noteEvictions(ev)
+	if quota {
+		s.followQuotas(&r, &d)
+	}
 }
 
 // lower sets each of e's buckets above the level given for it (requests,

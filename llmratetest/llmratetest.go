@@ -323,6 +323,7 @@ func TestStore(t *testing.T, newStore func(t *testing.T, clock func() time.Time)
 	t.Run("Reservations", func(t *testing.T) { runReservations(t, f) })
 	t.Run("Windows", func(t *testing.T) { runWindows(t, f) })
 	t.Run("Reserves", func(t *testing.T) { runReserves(t, f) })
+	t.Run("Quotas", func(t *testing.T) { runQuotas(t, f) })
 	t.Run("Concurrent250", func(t *testing.T) {
 		e := newEnv(t, f)
 		var n atomic.Int64
