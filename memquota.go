@@ -210,8 +210,9 @@ func (qs *quotaSet) settle() {
 // quotaSetOf returns the quota set of entry hash h in sh, created empty if
 // absent (nil when absent and windows holds none), its clock at least now.
 // The caller holds sh.mu. Creating one may first drop the sets that hold
-// nothing any more (lossless); a set is never evicted.
-func quotaSetOf(sh *memShard, h uint64, windows []Window, now int64) *quotaSet {
+// nothing any more (lossless); a set is never evicted: at the bound the
+// shard goes beyond it (ev.over), as for a debt.
+func quotaSetOf(sh *memShard, bound int, h uint64, windows []Window, now int64, ev *evicted) *quotaSet {
 	if qs := sh.quotas[h]; qs != nil {
 		qs.last = max(qs.last, now)
 		return qs
@@ -230,6 +231,9 @@ func quotaSetOf(sh *memShard, h uint64, windows []Window, now int64) *quotaSet {
 			}
 		}
 		sh.quotaSweepAt = max(minSweep, 2*len(sh.quotas))
+	}
+	if len(sh.quotas) >= bound {
+		ev.over++ // beyond the bound: a period's spend is kept like a debt
 	}
 	qs := &quotaSet{last: now, full: now}
 	sh.quotas[h] = qs
@@ -417,7 +421,7 @@ func (c *quotaCall) sets(sh *memShard, h uint64, windows []Window, last int64, a
 	if ws != nil {
 		ws.full, ws.debt = math.MaxInt64, true // settle sets both
 	}
-	qs := quotaSetOf(sh, h, windows, c.now)
+	qs := quotaSetOf(sh, c.s.perShard, h, windows, c.now, &c.ev)
 	if qs != nil {
 		qs.full = math.MaxInt64 // settle sets it
 	}
@@ -1014,7 +1018,8 @@ func (s *MemoryStore) followQuotas(r *AdmitRequest, d *Decision) {
 			continue
 		}
 		sd.sh.mu.Lock()
-		qs := quotaSetOf(sd.sh, sd.h, sd.lim.Windows, now)
+		var ev evicted
+		qs := quotaSetOf(sd.sh, s.perShard, sd.h, sd.lim.Windows, now, &ev)
 		for i := range sd.lim.Windows {
 			w := &sd.lim.Windows[i]
 			if !isQuota(*w) {
@@ -1032,6 +1037,7 @@ func (s *MemoryStore) followQuotas(r *AdmitRequest, d *Decision) {
 		}
 		qs.settle()
 		sd.sh.mu.Unlock()
+		s.noteEvictions(ev)
 	}
 }
 

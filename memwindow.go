@@ -129,10 +129,10 @@ func (ws *winSet) settle() {
 // winSetOf returns the window set of entry hash h in sh, created empty if
 // absent, advanced to now under at (an admission's windows; nil for a
 // reconcile, which advances only what it charges: reconcileWindows). The caller holds sh.mu. Creating
-// one may first drop the sets that time alone has refilled (lossless),
-// and at the bound a set not in debt (lossy, ev.lossy), or go beyond the
-// bound when every set sampled is in debt (ev.over): a debt is never
-// forgotten.
+// one may first drop the sets that time alone has refilled (lossless);
+// at the bound, when those it visits are not enough, it goes beyond the
+// bound (ev.over): a set that holds spend is never evicted, in debt or not
+// (a window spent to 0 is a quota held against its key, kept as a debt).
 //
 // Without windows it creates nothing: nil when there is no set.
 //
@@ -159,9 +159,10 @@ func winSetOf(sh *memShard, bound int, h uint64, windows, at []Window, now, last
 		sh.winSweepAt = max(minSweep, 2*len(sh.wins))
 	}
 	if len(sh.wins) >= bound {
-		var victim uint64
-		var oldest int64 = math.MaxInt64
-		found, visited := false, 0
+		// A set that is not full holds spend against its key (a window
+		// spent to 0 is not in debt, but dropping it would give a day's
+		// quota back): it is kept, as a debt is. Only full sets go.
+		visited := 0
 		for k, ws := range sh.wins {
 			if visited++; visited > evictVisit {
 				break
@@ -169,21 +170,11 @@ func winSetOf(sh *memShard, bound int, h uint64, windows, at []Window, now, last
 			if now >= ws.full {
 				delete(sh.wins, k)
 				if len(sh.wins) < bound {
-					found = false
 					break
 				}
-				continue
-			}
-			if !ws.debt && ws.last < oldest {
-				victim, oldest, found = k, ws.last, true
 			}
 		}
-		switch {
-		case len(sh.wins) < bound:
-		case found:
-			delete(sh.wins, victim)
-			ev.lossy++
-		default:
+		if len(sh.wins) >= bound {
 			ev.over++
 		}
 	}
