@@ -23,6 +23,12 @@ import (
 // which only entries in debt are kept (see MemoryStore, OverBound). With
 // windows (Limits.Windows) a key costs 200 to 792 bytes, 2.8 to 11 times
 // as much: near 210 to 830 MB at the bound (bench/memory-windows.txt).
+// Windows that hold spend (rolling, calendar or session) are never
+// evicted: past the bound they are kept beyond it, as debts are, so a
+// flood of made-up keys that each spend once holds about 93 bytes per key
+// per rolling window and 109 per calendar window
+// (bench/quota-flood-memory.txt) until their windows refill or their
+// periods end (a day for a daily window, a month for a monthly one).
 const DefaultMaxKeys = 1 << 20
 
 const (
@@ -74,14 +80,15 @@ const (
 // and without counting: that store holds it.
 //
 // Windows (Limits.Windows) are kept per key, and per workspace, apart from
-// the entries, under the same rules: a key's windows are dropped once time
-// alone has refilled them (a daily window: up to a day after its last
-// use), bounded by WithMaxKeys per kind (at the bound, a key's windows not
-// in debt may be dropped, counted in Evictions: that key's windows come
-// back full), and never dropped while in debt (beyond the bound instead,
-// counted in OverBound). A key's windows cost roughly 100 bytes plus 40
-// per window meter (not measured). A limiter without windows never
-// creates any.
+// the entries: a key's windows are dropped once time alone has refilled
+// them (a daily window: up to a day after its last use), and a calendar
+// or session window once its period (or session) holding spend has ended.
+// A window holding spend is never evicted, in debt or not: a window spent
+// to 0 is a quota held against its key, and dropping it would give the
+// quota back (a key flood must not refund a day). At the WithMaxKeys bound
+// the store keeps them beyond it instead (counted in OverBound); the excess
+// goes as the windows refill and the periods end. A limiter without
+// windows never creates any.
 type MemoryStore struct {
 	seed     maphash.Seed
 	perShard int
@@ -312,7 +319,11 @@ func (f memoryOptionFunc) applyMemory(c *memoryConfig) { f(c) }
 // entries, the store tracks. Default: DefaultMaxKeys. n must be positive.
 // Entries in debt are never dropped to keep the bound: when every
 // candidate for eviction is in debt, the store goes beyond it (counted by
-// OverBound) and comes back as the debts refill.
+// OverBound) and comes back as the debts refill. Windows holding spend
+// (Limits.Windows: rolling, calendar or session) are kept so too, never
+// evicted: a key flood never gives back a spent quota, and costs the
+// memory DefaultMaxKeys states per flooding key for as long as its windows
+// hold spend.
 // The bound is split evenly over the store's 128 shards (rounded down, at
 // least one entry and at most 16,777,214 per shard: about 2.1 billion in
 // all).
@@ -543,8 +554,9 @@ var ErrNoAdmissionID = errors.New("llmrate: an admission under a concurrency lim
 // errHeldID is the error of an admission whose ID already holds slots.
 var errHeldID = errors.New("llmrate: this admission ID already holds concurrency slots")
 
-// Admit implements Store. An admission with an ID already admitted (within
-// five seconds of its clock) gets that first decision and debits nothing.
+// Admit implements Store (and QuotaStore: see memquota.go). An admission
+// with an ID already admitted (within five seconds of its clock) gets that
+// first decision and debits nothing.
 // Gauges and reservations are described on Store and AdmitRequest.MaxWait;
 // a slot is released by the admission's Reconcile. A priority reserve
 // (AdmitRequest.Reserve) above MaxReserve is decided as MaxReserve.

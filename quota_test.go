@@ -427,3 +427,30 @@ func TestFollowKeepsASpentQuota(t *testing.T) {
 		assert.True(t, sessionEnd.Equal(d.KeyWindows[0].Reset), "solo %v: its end", solo)
 	}
 }
+
+// A reservation never waits across a period's start: a request that would
+// wait for its calendar window is refused, Retry-After to the boundary;
+// one whose calendar window has room waits for its minute as usual.
+func TestNoReservationAcrossAPeriodStart(t *testing.T) {
+	t.Parallel()
+	s := llmrate.NewMemoryStore()
+	now := time.Date(2026, 12, 7, 23, 59, 30, 0, time.UTC)
+	lim := llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 1_000,
+		Windows: []llmrate.Window{{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 3}}}
+	admit := func() llmrate.Decision {
+		t.Helper()
+		d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "k", Workspace: "w", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Now: now, MaxWait: 5 * time.Minute})
+		require.NoError(t, err)
+		return d
+	}
+	require.True(t, admit().Allowed)
+	require.True(t, admit().Allowed, "the burst of 2")
+	d := admit()
+	require.True(t, d.Allowed, "the day has room: a reservation for the minute's bucket")
+	assert.Equal(t, 60*time.Second, d.Wait)
+	d = admit()
+	assert.False(t, d.Allowed, "the day is spent: no wait across 00:00, though every bucket would have room within MaxWait (2 min)")
+	assert.Equal(t, llmrate.KeyRequests, d.Refused, "the minute's bucket, first in the order")
+	assert.Equal(t, time.Minute, d.RetryAfter, "the minute's wait, capped at a minute; the day's is 30 s")
+	assert.Zero(t, d.Wait)
+}

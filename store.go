@@ -262,6 +262,13 @@ type AdmitRequest struct {
 // period, opening a session if none is open, and drops a credit. A figure
 // changed within a period keeps what was spent (remaining = figure −
 // spent; in debt above it).
+//
+// Reservations (AdmitRequest.MaxWait) are not granted across a calendar
+// period's start or a session's end by the memory store: a request that
+// would wait for one is refused, RetryAfter the time to that boundary
+// (the client retries then, and its charge lands in the new period). One
+// whose calendar and session windows all have room now may wait for its
+// rolling buckets as usual.
 type QuotaStore interface {
 	Store
 	// Quotas marks the implementation; it is never called.
