@@ -21,8 +21,8 @@ var (
 // per-minute figures, calendar and session windows, and the plan's windows
 // and gauges lent to a model entry's request (AdmitRequest.KeyPlan,
 // WorkspacePlan). A request that needs none of them never comes here, so
-// its decision costs what it did before quotas existed (quotaRequest is a
-// few comparisons); one that does takes this locked path, which also
+// its decision costs what it did before quotas existed (mayQuota and hasQuota
+// are a few comparisons); one that does takes this locked path, which also
 // decides its rolling windows, per-minute buckets, gauges and reserve in
 // the same step.
 //
@@ -86,15 +86,24 @@ func unlimited(l *Limits) bool {
 	return l.RequestsPerMinute == Unlimited || l.TokensPerMinute == Unlimited
 }
 
-// quotaRequest reports whether an admission needs the quota path.
-func quotaRequest(r *AdmitRequest) bool {
-	return unlimited(&r.KeyLimits) || unlimited(&r.WorkspaceLimits) ||
-		r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan)) ||
-		hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows)
+// mayQuota reports whether r has lent figures (AdmitRequest.KeyPlan, set
+// for a model entry's request only) or an Unlimited figure: with
+// hasQuota over its windows, whether it takes the quota path (which
+// decides any request; this test costs a few instructions, so that a
+// request without quotas costs what it did before them).
+func mayQuota(r *AdmitRequest) bool {
+	return r.KeyPlan != nil || r.WorkspacePlan != nil ||
+		r.KeyLimits.RequestsPerMinute|r.KeyLimits.TokensPerMinute|r.WorkspaceLimits.RequestsPerMinute|r.WorkspaceLimits.TokensPerMinute < 0
 }
 
-// quotaReconcile is quotaRequest for a reconcile.
-func quotaReconcile(r *ReconcileRequest) bool {
+// mayQuotaReconcile is mayQuota for a reconcile.
+func mayQuotaReconcile(r *ReconcileRequest) bool {
+	return r.KeyPlan != nil || r.WorkspacePlan != nil ||
+		r.KeyLimits.RequestsPerMinute|r.KeyLimits.TokensPerMinute|r.WorkspaceLimits.RequestsPerMinute|r.WorkspaceLimits.TokensPerMinute < 0
+}
+
+// quotaRequest reports whether an admission has quotas (Follow).
+func quotaRequest(r *AdmitRequest) bool {
 	return unlimited(&r.KeyLimits) || unlimited(&r.WorkspaceLimits) ||
 		r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan)) ||
 		hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows)

@@ -564,7 +564,7 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 	if r.ID != "" {
 		return s.admitOnce(r)
 	}
-	if quotaRequest(&r) {
+	if mayQuota(&r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
 		return s.admitQuota(r)
 	}
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
@@ -583,11 +583,14 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 // a priority reserve (AdmitRequest.Reserve: its floors are decided as a
 // window's stages are), or admitGauged under a gauge.
 func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
-	if quotaRequest(&r) {
-		return s.admitQuota(r)
-	}
 	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		if mayQuota(&r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
+			return s.admitQuota(r)
+		}
 		return s.admitWindowed(r, nil)
+	}
+	if mayQuota(&r) {
+		return s.admitQuota(r)
 	}
 	if r.Reserve > 0 {
 		return s.admitReserved(r)
@@ -687,12 +690,16 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 }
 
 func (s *MemoryStore) reconcile(r ReconcileRequest) {
-	if quotaReconcile(&r) {
-		s.reconcileQuota(r)
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		if mayQuotaReconcile(&r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
+			s.reconcileQuota(r)
+		} else {
+			s.reconcileWindowed(r)
+		}
 		return
 	}
-	if windowed(r.KeyLimits, r.WorkspaceLimits) {
-		s.reconcileWindowed(r)
+	if mayQuotaReconcile(&r) {
+		s.reconcileQuota(r)
 		return
 	}
 	now := r.Now.UnixNano()
