@@ -123,20 +123,6 @@ func entryLimits(l Limits) Limits {
 	return l
 }
 
-// rolling returns ws's rolling windows (ws itself when all are).
-func rolling(ws []Window) []Window {
-	if !hasQuota(ws) {
-		return ws
-	}
-	out := make([]Window, 0, len(ws))
-	for _, w := range ws {
-		if !isQuota(w) {
-			out = append(out, w)
-		}
-	}
-	return out
-}
-
 // lookup returns the bucket of meter m of window w (its identity: meter,
 // Calendar, Session, Per and the zone's name), nil if absent.
 func (qs *quotaSet) lookup(m uint8, w *Window) *quotaBucket {
@@ -306,37 +292,42 @@ type quotaSides struct {
 	qs, pqs *quotaSet
 }
 
-// shardLocks locks each distinct shard of a call: the key shards in index
-// order, then the workspace shards in index order (the order shardState
-// describes; a call locking one shard of each class, as every other path
-// does, is a special case). It returns the unlock.
-func shardLocks(keys, wss []*memShard) func() {
-	sortShards(keys)
-	sortShards(wss)
-	var held [4]*memShard
-	n := 0
-	for _, group := range [2][]*memShard{keys, wss} {
+// shardSet is the shards one quota-path call holds locked.
+type shardSet struct {
+	held [4]*memShard
+	n    int
+}
+
+// lock locks each distinct shard of a call (at most two of each class):
+// the key shards in index order, then the workspace shards in index order
+// (the order shardState describes; a call locking one shard of each
+// class, as every other path does, is a special case).
+func (ss *shardSet) lock(keys, wss [2]*memShard) {
+	for _, group := range [2][2]*memShard{keys, wss} {
+		sortShards(&group)
 		var prev *memShard
 		for _, sh := range group {
-			if sh != prev {
+			if sh != nil && sh != prev {
 				sh.mu.Lock()
-				held[n] = sh
-				n++
+				ss.held[ss.n] = sh
+				ss.n++
 			}
 			prev = sh
 		}
 	}
-	return func() {
-		for i := n - 1; i >= 0; i-- {
-			held[i].mu.Unlock()
-		}
+}
+
+// unlock releases the shards, in the reverse order.
+func (ss *shardSet) unlock() {
+	for i := ss.n - 1; i >= 0; i-- {
+		ss.held[i].mu.Unlock()
 	}
 }
 
-// sortShards orders at most two shards by address (within a class the
+// sortShards orders two shards (nil last) by address (within a class the
 // shards are one array: address order is index order).
-func sortShards(sh []*memShard) {
-	if len(sh) == 2 && uintptrOf(sh[1]) < uintptrOf(sh[0]) {
+func sortShards(sh *[2]*memShard) {
+	if sh[1] != nil && (sh[0] == nil || uintptrOf(sh[1]) < uintptrOf(sh[0])) {
 		sh[0], sh[1] = sh[1], sh[0]
 	}
 }
@@ -355,51 +346,59 @@ type quotaCall struct {
 	ks0, ws0 *memShard
 	ke, we   *entry // we nil for a Solo request (ke is its one entry)
 	kl, wl   Limits // the entries' figures (entryLimits)
-	unlock   func()
+	shards   shardSet
 	ev       evicted
+	// The window sets fetched (sets), settled by done.
+	wsets [4]*winSet
+	qsets [4]*quotaSet
+	nsets int
 }
 
 // lockQuota locks what a call on (key, workspace, model) touches: the
 // entry's shards and entries (created full if absent, advanced to now)
 // and, when lent, the default buckets' shards.
-func (s *MemoryStore) lockQuota(key, workspace, model string, kl, wl Limits, solo, lent bool, now int64) *quotaCall {
-	c := &quotaCall{s: s, now: now, solo: solo, lent: lent && model != ""}
+func (s *MemoryStore) lockQuota(c *quotaCall, key, workspace, model string, kl, wl Limits, solo, lent bool, now int64) {
+	*c = quotaCall{s: s, now: now, solo: solo, lent: lent && model != ""}
 	if solo {
 		c.wh = s.workspaceHash(workspace, model)
 		c.wsh = &s.ws[shardIndex(c.wh)]
 		c.kl = entryLimits(wl)
-		wss := []*memShard{c.wsh}
+		wss := [2]*memShard{c.wsh}
 		if c.lent {
 			c.wh0 = s.workspaceHash(workspace, "")
 			c.ws0 = &s.ws[shardIndex(c.wh0)]
-			wss = append(wss, c.ws0)
+			wss[1] = c.ws0
 		}
-		c.unlock = shardLocks(nil, wss)
+		c.shards.lock([2]*memShard{}, wss)
 		c.ke = getEntry(c.wsh, s.perShard, c.wh, &c.kl, now, &c.ev)
 		c.ke.advance(now, &c.kl)
 		c.ke.mark.setSolo(true)
-		return c
+		return
 	}
 	c.pk, c.wh = s.hashes(key, workspace, model)
 	c.ks, c.wsh = s.shards(c.pk, c.wh)
 	c.kl, c.wl = entryLimits(kl), entryLimits(wl)
-	keys, wss := []*memShard{c.ks}, []*memShard{c.wsh}
+	keys, wss := [2]*memShard{c.ks}, [2]*memShard{c.wsh}
 	if c.lent {
 		c.pk0, c.wh0 = s.hashes(key, workspace, "")
 		c.ks0, c.ws0 = s.shards(c.pk0, c.wh0)
-		keys, wss = append(keys, c.ks0), append(wss, c.ws0)
+		keys[1], wss[1] = c.ks0, c.ws0
 	}
-	c.unlock = shardLocks(keys, wss)
+	c.shards.lock(keys, wss)
 	c.ke = getEntry(c.ks, s.perShard, c.pk, &c.kl, now, &c.ev)
 	c.we = getEntry(c.wsh, s.perShard, c.wh, &c.wl, now, &c.ev)
 	c.ke.advance(now, &c.kl)
 	c.we.advance(now, &c.wl)
 	c.we.mark.setSolo(false)
-	return c
 }
 
-// done settles the entries, releases everything and counts evictions.
+// done settles the window sets fetched and the entries, releases
+// everything and counts evictions.
 func (c *quotaCall) done() {
+	for i := range c.nsets {
+		c.wsets[i].settle()
+		c.qsets[i].settle()
+	}
 	if c.solo {
 		c.ke.settle(&c.kl)
 		c.ke.release(c.wsh.epoch.Load())
@@ -408,7 +407,7 @@ func (c *quotaCall) done() {
 		c.we.settle(&c.wl)
 		releasePair(c.ks, c.wsh, c.ke, c.we)
 	}
-	c.unlock()
+	c.shards.unlock()
 	c.s.noteEvictions(c.ev)
 }
 
@@ -421,7 +420,16 @@ func (c *quotaCall) done() {
 // fetched is marked so that fetching the next can neither sweep it (as
 // full) nor evict it (as not in debt).
 func (c *quotaCall) sets(sh *memShard, h uint64, windows []Window, last int64, admission bool) (*winSet, *quotaSet) {
-	roll := rolling(windows)
+	var buf [2 * MaxWindows]Window
+	roll := windows
+	if hasQuota(windows) {
+		roll = buf[:0]
+		for _, w := range windows {
+			if !isQuota(w) {
+				roll = append(roll, w)
+			}
+		}
+	}
 	at := roll // an admission refills its rolling buckets at its figures
 	if !admission {
 		at = nil // a reconcile only what it charges (reconcileQuotaWindows)
@@ -434,6 +442,8 @@ func (c *quotaCall) sets(sh *memShard, h uint64, windows []Window, last int64, a
 	if qs != nil {
 		qs.full = math.MaxInt64 // settle sets it
 	}
+	c.wsets[c.nsets], c.qsets[c.nsets] = ws, qs
+	c.nsets++
 	return ws, qs
 }
 
@@ -527,7 +537,8 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 	if gauged && r.ID == "" {
 		return Decision{}, ErrNoAdmissionID
 	}
-	c := s.lockQuota(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, r.Solo, lent, now)
+	var c quotaCall
+	s.lockQuota(&c, r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, r.Solo, lent, now)
 	defer c.done()
 	holder := c.ks
 	if r.Solo {
@@ -538,11 +549,13 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 			return Decision{}, errHeldID
 		}
 	}
-	g := stager{c: c, tokens: r.Tokens, input: max(0, r.InputTokens)}
+	n := 4 + 4*(len(r.KeyLimits.Windows)+len(r.WorkspaceLimits.Windows)+len(kp.Windows)+len(wp.Windows))
+	g := stager{c: &c, st: make([]qStage, 0, n), tokens: r.Tokens, input: max(0, r.InputTokens)} // one allocation for every stage
 	var d Decision
 	// Levels, indexed as each set of windows.
 	var kls, wls, kpl, wpl []WindowLevels
-	var gauges []quotaGauge
+	var gbuf [4]quotaGauge
+	gauges := gbuf[:0]
 	if r.Solo {
 		lim := r.WorkspaceLimits
 		g.perMinute(&c.ke.req, lim.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
@@ -553,14 +566,10 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 			pws, pqs := c.sets(c.ws0, c.wh0, plan.Windows, c.ke.last, true)
 			wpl = make([]WindowLevels, len(plan.Windows))
 			g.windows(plan.Windows, 0, pws, pqs, true, wpl)
-			defer pws.settle()
-			defer pqs.settle()
 		}
 		ws, qs := c.sets(c.wsh, c.wh, lim.Windows, c.ke.last, true)
 		wls = make([]WindowLevels, len(lim.Windows))
 		g.windows(lim.Windows, 0, ws, qs, false, wls)
-		defer ws.settle()
-		defer qs.settle()
 		if plan.ConcurrentRequests > 0 {
 			gauges = append(gauges, quotaGauge{sh: c.ws0, h: c.wh0, cap: plan.ConcurrentRequests, bucket: KeyConcurrent, lent: true})
 		}
@@ -589,14 +598,10 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 				pws, pqs := c.sets(sd.psh, sd.ph, sd.plan.Windows, sd.last, true)
 				*sd.plevels = make([]WindowLevels, len(sd.plan.Windows))
 				g.windows(sd.plan.Windows, scope, pws, pqs, true, *sd.plevels)
-				defer pws.settle()
-				defer pqs.settle()
 			}
 			ws, qs := c.sets(sd.sh, sd.h, sd.lim.Windows, sd.last, true)
 			*sd.levels = make([]WindowLevels, len(sd.lim.Windows))
 			g.windows(sd.lim.Windows, scope, ws, qs, false, *sd.levels)
-			defer ws.settle()
-			defer qs.settle()
 		}
 		for scope, sd := range [2]struct {
 			sh, psh *memShard
@@ -757,7 +762,8 @@ func (s *MemoryStore) reconcileQuota(r ReconcileRequest) {
 	now := r.Now.UnixNano()
 	lent := r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan))
 	kp, wp := planOf(r.KeyPlan), planOf(r.WorkspacePlan)
-	c := s.lockQuota(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, r.Solo, lent, now)
+	var c quotaCall
+	s.lockQuota(&c, r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, r.Solo, lent, now)
 	defer c.done()
 	admitted := r.Admitted.UnixNano()
 	if r.Admitted.IsZero() {
@@ -793,8 +799,6 @@ func (s *MemoryStore) reconcileQuota(r ReconcileRequest) {
 		}
 		ws, qs := c.sets(sd.sh, sd.h, sd.lim.Windows, sd.last, false)
 		s.reconcileQuotaWindows(ws, qs, r, sd.lim.Windows, sd.scope, admitted)
-		ws.settle()
-		qs.settle()
 	}
 	if hs, ok := holder.unhold(r.ID); ok {
 		if hs.haveKey {
