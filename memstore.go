@@ -564,14 +564,20 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 	if r.ID != "" {
 		return s.admitOnce(r)
 	}
-	if mayQuota(&r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
+	if windowed(r.KeyLimits, r.WorkspaceLimits) {
+		if mayQuota(&r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
+			return s.admitQuota(r)
+		}
+		return s.admitWindowed(r, nil) // an ID under a gauge: ErrNoAdmissionID
+	}
+	if plain(&r) {
+		return s.admit(&r), nil
+	}
+	if mayQuota(&r) {
 		return s.admitQuota(r)
 	}
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
 		return Decision{}, ErrNoAdmissionID
-	}
-	if windowed(r.KeyLimits, r.WorkspaceLimits) {
-		return s.admitWindowed(r, nil)
 	}
 	if r.Reserve > 0 {
 		return s.admitReserved(r)
@@ -589,6 +595,9 @@ func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
 		}
 		return s.admitWindowed(r, nil)
 	}
+	if plain(&r) {
+		return s.admit(&r), nil
+	}
 	if mayQuota(&r) {
 		return s.admitQuota(r)
 	}
@@ -599,6 +608,16 @@ func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
 		return s.admitGauged(r)
 	}
 	return s.admit(&r), nil
+}
+
+// plain reports, for a request without windows, that it has no gauge, no
+// reserve and no quota (mayQuota): admit decides it. One test of a few
+// words' bits, so that the commonest admission pays no more for the
+// features it does not use.
+func plain(r *AdmitRequest) bool {
+	return r.KeyLimits.ConcurrentRequests|r.WorkspaceLimits.ConcurrentRequests|r.Reserve == 0 &&
+		r.KeyPlan == nil && r.WorkspacePlan == nil &&
+		r.KeyLimits.RequestsPerMinute|r.KeyLimits.TokensPerMinute|r.WorkspaceLimits.RequestsPerMinute|r.WorkspaceLimits.TokensPerMinute >= 0
 }
 
 func (s *MemoryStore) admit(r *AdmitRequest) Decision {
