@@ -454,3 +454,33 @@ func TestNoReservationAcrossAPeriodStart(t *testing.T) {
 	assert.Equal(t, time.Minute, d.RetryAfter, "the minute's wait, capped at a minute; the day's is 30 s")
 	assert.Zero(t, d.Wait)
 }
+
+// A plan's rolling window lent to an entry's request is the very window a
+// request on no entry spends; a session beside a rolling window of the
+// same Per is another bucket.
+func TestLentRollingWindowAndSessionIdentity(t *testing.T) {
+	t.Parallel()
+	s := llmrate.NewMemoryStore()
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	plan := llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: 1_000_000,
+		Windows: []llmrate.Window{{Per: 5 * time.Hour, Requests: 3}, {Per: 5 * time.Hour, Session: true, Requests: 2}}}
+	entry := llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: 1_000_000}
+	onEntry := llmrate.AdmitRequest{Key: "k", Workspace: "w", Model: "gpt-*", KeyLimits: entry, WorkspaceLimits: entry, KeyPlan: &plan, WorkspacePlan: &plan, Tokens: 1, Now: now}
+	noEntry := llmrate.AdmitRequest{Key: "k", Workspace: "w", KeyLimits: plan, WorkspaceLimits: plan, Tokens: 1, Now: now}
+	d, err := s.Admit(context.Background(), onEntry)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Equal(t, int64(2), d.KeyPlanWindows[0].Requests, "the rolling 5 h: 3 − 1")
+	assert.Equal(t, int64(1), d.KeyPlanWindows[1].Requests, "the 5 h session: 2 − 1, its own bucket")
+	d, err = s.Admit(context.Background(), noEntry)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Equal(t, int64(1), d.KeyWindows[0].Requests, "the same rolling window: 3 − 2")
+	assert.Equal(t, int64(0), d.KeyWindows[1].Requests, "the same session: 2 − 2")
+	d, err = s.Admit(context.Background(), onEntry)
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	assert.True(t, d.Lent)
+	assert.True(t, d.Session, "the session refused (the rolling window has 1 left)")
+	assert.Equal(t, 5*time.Hour, d.RetryAfter, "to the session's end")
+}
