@@ -72,6 +72,19 @@
 // MaxWait is not sent from then on), and those subtests are skipped,
 // saying why.
 //
+// A store that is an llmrate.QuotaStore is held to plans and quotas too
+// (the Quotas subtests; skipped, saying so, for any other store): an
+// Unlimited per-minute figure is no bucket (never refuses, never in
+// RetryAfter, Remaining 0); a calendar day in Asia/Tokyo holds its figure
+// until 00:00 there, RetryAfter exact to it, Decision.Calendar and Zone
+// naming it, WindowLevels.Reset its end; a session opens at its first
+// admitted request (a refusal opens none), nothing refills within, and it
+// is full again Per later; the plan's month and gauge lent to a model
+// entry's request (AdmitRequest.KeyPlan, WorkspacePlan) hold another
+// entry's and a request on no entry alike, Decision.Lent naming them, the
+// reconcile releasing the lent slot; and a reconcile landing after its
+// period ended carries a debit into the new period and drops a credit.
+//
 // # What the store must do
 //
 // newStore must return a fresh, empty store for each call (each subtest
