@@ -484,3 +484,45 @@ func TestLentRollingWindowAndSessionIdentity(t *testing.T) {
 	assert.True(t, d.Session, "the session refused (the rolling window has 1 left)")
 	assert.Equal(t, 5*time.Hour, d.RetryAfter, "to the session's end")
 }
+
+// HeadersOpenAI on a calendar tokens window's refusal reports that window
+// in the tokens headers: its figure, what is left, the time to its end.
+func TestOpenAITokensHeadersOnAMonthlyRefusal(t *testing.T) {
+	t.Parallel()
+	plan := llmrate.Plan{Name: "pro", Limits: llmrate.Limits{RequestsPerMinute: 500, TokensPerMinute: 100_000,
+		Windows: []llmrate.Window{{Calendar: llmrate.CalendarMonth, Zone: time.UTC, Tokens: 1_000}}}}
+	h := newHarness(t, okHandler, onePlan(plan), llmrate.WithRateLimitHeaders(llmrate.HeadersOpenAI))
+	h.setClock(time.Date(2026, 12, 31, 23, 0, 0, 0, time.UTC))
+	require.Equal(t, http.StatusOK, h.send("sk-a", 3_600).Code, "900 tokens")
+	w := h.send("sk-a", 800) // 200 tokens: 100 left
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "1000", w.Header().Get(llmrate.HeaderLimitTokens))
+	assert.Equal(t, "100", w.Header().Get(llmrate.HeaderRemainingTokens))
+	assert.Equal(t, "1h0m0s", w.Header().Get(llmrate.HeaderResetTokens))
+	assert.Equal(t, "3600", w.Header().Get("Retry-After"))
+}
+
+// A priority reserve on a monthly quota is capacity the other classes
+// never reach that month: a refused batch request waits for the 1st.
+func TestReserveOnAMonthlyQuota(t *testing.T) {
+	t.Parallel()
+	s := llmrate.NewMemoryStore()
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	lim := llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: 1_000_000,
+		Windows: []llmrate.Window{{Calendar: llmrate.CalendarMonth, Zone: time.UTC, Requests: 10}}}
+	admit := func(reserve int64) llmrate.Decision {
+		t.Helper()
+		d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "k", Workspace: "w", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Now: now, Reserve: reserve})
+		require.NoError(t, err)
+		return d
+	}
+	for i := range 5 {
+		require.True(t, admit(500_000).Allowed, "batch request %d: above the floor of 5", i+1)
+	}
+	d := admit(500_000)
+	require.False(t, d.Allowed, "the month's other 5 are kept from the batch class")
+	assert.True(t, d.ByReserve)
+	assert.Equal(t, llmrate.CalendarMonth, d.Calendar)
+	assert.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).Sub(now), d.RetryAfter, "to the 1st")
+	assert.True(t, admit(0).Allowed, "a request without a reserve spends the rest")
+}
