@@ -37,6 +37,48 @@ func TestKeyDailyQuota(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 }
 
+// A provider's monthly cap that resets on the 1st at 00:00 UTC: a
+// calendar month window on the key. Spent, the synthesized 429 waits for
+// the 1st, names the calendar window, and says not to retry; on the 1st the
+// key is full again, all at once.
+func TestKeyMonthlyCapResetsOnTheFirst(t *testing.T) {
+	t.Parallel()
+	k := bearerKey("anthropic", "sk-a", 50, 1_000_000)
+	k.Limits.Windows = []llmrate.Window{{Calendar: llmrate.CalendarMonth, Zone: time.UTC, Requests: 2}}
+	r := newRig(t, []upstream.Key{k})
+	for range 2 {
+		resp, _ := r.post(t, chat("m", 400))
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	// The rig's clock: 2026-03-01T12:00Z; the 1st is 30 days 12 h away.
+	resp, body := r.post(t, chat("m", 400))
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "2635200", resp.Header.Get("Retry-After"), "732 h to 2026-04-01T00:00Z")
+	assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+	assert.Contains(t, body, "requests per calendar month (UTC) (upstream key): limit 2 per calendar month (UTC)")
+	r.clk.Add(732*time.Hour - time.Second)
+	resp, _ = r.post(t, chat("m", 400))
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "not a second early")
+	r.clk.Add(time.Second)
+	for range 2 {
+		resp, _ = r.post(t, chat("m", 400))
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "full again on the 1st")
+	}
+}
+
+// A key whose provider publishes no combined tokens per minute: Unlimited
+// there, its input and output meters held apart.
+func TestKeyTokensPerMinuteUnlimited(t *testing.T) {
+	t.Parallel()
+	k := bearerKey("anthropic", "sk-a", 50, llmrate.Unlimited)
+	k.Limits.Windows = []llmrate.Window{{Per: time.Minute, InputTokens: 1_000_000_000}}
+	r := newRig(t, []upstream.Key{k})
+	resp, _ := r.post(t, chat("m", 4*2_000_000)) // 2,000,000 tokens: more than any per-minute figure below would hold
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	_, err := upstream.New([]upstream.Key{bearerKey("k", "sk", 50, -2)})
+	assert.Error(t, err, "only -1 is Unlimited")
+}
+
 // An Anthropic-shaped key: input and output tokens per minute apart. The
 // output meter is charged the reported output; once it is spent the key is
 // skipped for the next one.
