@@ -180,21 +180,22 @@ func (l *Limiter) setRateLimitHeaders(h http.Header, a *admission) {
 func refusedLevel(a *admission, w Window) int64 {
 	b := a.d.Refused
 	pk, pw := a.lentLimits()
+	kpl, wpl := a.d.planLevels()
 	levels := a.d.KeyWindows
 	lim := a.kl
 	if a.d.Lent {
-		levels, lim = a.d.KeyPlanWindows, pk
+		levels, lim = kpl, pk
 	}
 	if b.Scope() == "workspace" {
 		levels, lim = a.d.WorkspaceWindows, a.wl
 		if a.d.Lent {
-			levels, lim = a.d.WorkspacePlanWindows, pw
+			levels, lim = wpl, pw
 		}
 	}
 	if a.solo && b.Scope() == "key" && len(levels) == 0 {
 		levels = a.d.WorkspaceWindows
 		if a.d.Lent {
-			levels = a.d.WorkspacePlanWindows
+			levels = wpl
 		}
 	}
 	for i, v := range lim.Windows {
@@ -238,9 +239,10 @@ func windowItems(a *admission) []windowItem {
 		lent   bool
 	}
 	pk, pw := a.lentLimits()
+	kpl, wpl := a.d.planLevels()
 	sets := [2][2]set{
-		{{pk, a.d.KeyPlanWindows, true}, {a.kl, a.d.KeyWindows, false}},
-		{{pw, a.d.WorkspacePlanWindows, true}, {a.wl, a.d.WorkspaceWindows, false}},
+		{{pk, kpl, true}, {a.kl, a.d.KeyWindows, false}},
+		{{pw, wpl, true}, {a.wl, a.d.WorkspaceWindows, false}},
 	}
 	for scope := range sets {
 		for _, st := range sets[scope] {

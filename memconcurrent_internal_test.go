@@ -449,12 +449,12 @@ func TestEvictionWaitsForAHeldEntry(t *testing.T) {
 			// Charge 400 tokens on an estimate of 1: the tokens bucket (200,
 			// less the admission's 1) goes to -200.
 			rec := ReconcileRequest{Key: key, Workspace: ws, KeyLimits: lim, WorkspaceLimits: lim, Estimate: 1, Actual: 400, Solo: solo, Now: now}
-			reconcileEntry(we, rec, WorkspaceTokens, lim)
+			reconcileEntry(we, &rec, WorkspaceTokens, lim)
 			we.settle(&lim)
 			if solo {
 				we.release(wsh.epoch.Load())
 			} else {
-				reconcileEntry(ke, rec, KeyTokens, lim)
+				reconcileEntry(ke, &rec, KeyTokens, lim)
 				ke.settle(&lim)
 				releasePair(ks, wsh, ke, we)
 			}

@@ -117,7 +117,7 @@ func (s *MemoryStore) admitOnce(r AdmitRequest) (Decision, error) {
 	if d, ok := sh.admits.Get(r.ID, now); ok {
 		return d, nil
 	}
-	d, err := s.admitAny(r)
+	d, err := s.admitAny(&r)
 	if err == nil && d.Allowed {
 		put(t, sh.admits, r.ID, d, now)
 	}
@@ -134,6 +134,6 @@ func (s *MemoryStore) reconcileOnce(r ReconcileRequest) {
 	if _, ok := sh.recons.Get(r.ID, now); ok {
 		return
 	}
-	s.reconcile(r)
+	s.reconcile(&r)
 	put(t, sh.recons, r.ID, struct{}{}, now)
 }

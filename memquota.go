@@ -651,9 +651,12 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 		d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens] = d.Remaining[KeyRequests], d.Remaining[KeyTokens]
 	}
 	d.KeyWindows, d.WorkspaceWindows = nilIfEmpty(kls), nilIfEmpty(wls)
-	d.KeyPlanWindows, d.WorkspacePlanWindows = nilIfEmpty(kpl), nilIfEmpty(wpl)
-	if r.Solo {
-		d.KeyPlanWindows = d.WorkspacePlanWindows
+	if len(kpl) > 0 || len(wpl) > 0 {
+		pl := &PlanLevels{KeyWindows: nilIfEmpty(kpl), WorkspaceWindows: nilIfEmpty(wpl)}
+		if r.Solo {
+			pl.KeyWindows = pl.WorkspaceWindows
+		}
+		d.Plan = pl
 	}
 	if d.Allowed && len(gauges) > 0 {
 		var hs heldSlots
@@ -927,8 +930,8 @@ func (s *MemoryStore) Peek(_ context.Context, r AdmitRequest) (Decision, error) 
 		d.WorkspaceWindows = s.peekWindows(&s.ws[shardIndex(wh)], wh, r.WorkspaceLimits.Windows, 0, now)
 		d.KeyWindows = d.WorkspaceWindows
 		if lent {
-			d.WorkspacePlanWindows = s.peekWindows(&s.ws[shardIndex(wh0)], wh0, wp.Windows, 0, now)
-			d.KeyPlanWindows = d.WorkspacePlanWindows
+			w := s.peekWindows(&s.ws[shardIndex(wh0)], wh0, wp.Windows, 0, now)
+			d.Plan = &PlanLevels{KeyWindows: w, WorkspaceWindows: w}
 		}
 		return d, nil
 	}
@@ -937,8 +940,8 @@ func (s *MemoryStore) Peek(_ context.Context, r AdmitRequest) (Decision, error) 
 	d.WorkspaceWindows = s.peekWindows(&s.ws[shardIndex(wh)], wh, r.WorkspaceLimits.Windows, 1, now)
 	if lent {
 		pk0, wh0 = s.hashes(r.Key, r.Workspace, "")
-		d.KeyPlanWindows = s.peekWindows(&s.keys[shardIndex(pk0)], pk0, kp.Windows, 0, now)
-		d.WorkspacePlanWindows = s.peekWindows(&s.ws[shardIndex(wh0)], wh0, wp.Windows, 1, now)
+		d.Plan = &PlanLevels{KeyWindows: s.peekWindows(&s.keys[shardIndex(pk0)], pk0, kp.Windows, 0, now),
+			WorkspaceWindows: s.peekWindows(&s.ws[shardIndex(wh0)], wh0, wp.Windows, 1, now)}
 	}
 	return d, nil
 }
@@ -1001,6 +1004,7 @@ func (s *MemoryStore) followQuotas(r *AdmitRequest, d *Decision) {
 	now := r.Now.UnixNano()
 	lent := r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan))
 	kp, wp := planOf(r.KeyPlan), planOf(r.WorkspacePlan)
+	kpl, wpl := d.planLevels()
 	type side struct {
 		sh     *memShard
 		h      uint64
@@ -1014,7 +1018,7 @@ func (s *MemoryStore) followQuotas(r *AdmitRequest, d *Decision) {
 		sides = append(sides, side{&s.ws[shardIndex(wh)], wh, &r.WorkspaceLimits, d.WorkspaceWindows, 0})
 		if lent {
 			wh0 := s.workspaceHash(r.Workspace, "")
-			sides = append(sides, side{&s.ws[shardIndex(wh0)], wh0, &wp, d.WorkspacePlanWindows, 0})
+			sides = append(sides, side{&s.ws[shardIndex(wh0)], wh0, &wp, wpl, 0})
 		}
 	} else {
 		pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
@@ -1022,8 +1026,8 @@ func (s *MemoryStore) followQuotas(r *AdmitRequest, d *Decision) {
 			side{&s.ws[shardIndex(wh)], wh, &r.WorkspaceLimits, d.WorkspaceWindows, 1})
 		if lent {
 			pk0, wh0 := s.hashes(r.Key, r.Workspace, "")
-			sides = append(sides, side{&s.keys[shardIndex(pk0)], pk0, &kp, d.KeyPlanWindows, 0},
-				side{&s.ws[shardIndex(wh0)], wh0, &wp, d.WorkspacePlanWindows, 1})
+			sides = append(sides, side{&s.keys[shardIndex(pk0)], pk0, &kp, kpl, 0},
+				side{&s.ws[shardIndex(wh0)], wh0, &wp, wpl, 1})
 		}
 	}
 	for _, sd := range sides {

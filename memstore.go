@@ -588,26 +588,26 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 // admitAny is admit, or admitWindowed with windows, or admitReserved with
 // a priority reserve (AdmitRequest.Reserve: its floors are decided as a
 // window's stages are), or admitGauged under a gauge.
-func (s *MemoryStore) admitAny(r AdmitRequest) (Decision, error) {
+func (s *MemoryStore) admitAny(r *AdmitRequest) (Decision, error) {
 	if windowed(r.KeyLimits, r.WorkspaceLimits) {
-		if mayQuota(&r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
-			return s.admitQuota(r)
+		if mayQuota(r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
+			return s.admitQuota(*r)
 		}
-		return s.admitWindowed(r, nil)
+		return s.admitWindowed(*r, nil)
 	}
-	if plain(&r) {
-		return s.admit(&r), nil
+	if plain(r) {
+		return s.admit(r), nil
 	}
-	if mayQuota(&r) {
-		return s.admitQuota(r)
+	if mayQuota(r) {
+		return s.admitQuota(*r)
 	}
 	if r.Reserve > 0 {
-		return s.admitReserved(r)
+		return s.admitReserved(*r)
 	}
 	if r.KeyLimits.ConcurrentRequests > 0 || r.WorkspaceLimits.ConcurrentRequests > 0 {
-		return s.admitGauged(r)
+		return s.admitGauged(*r)
 	}
-	return s.admit(&r), nil
+	return s.admit(r), nil
 }
 
 // plain reports, for a request without windows, that it has no gauge, no
@@ -704,21 +704,21 @@ func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 		s.reconcileOnce(r)
 		return nil
 	}
-	s.reconcile(r)
+	s.reconcile(&r)
 	return nil
 }
 
-func (s *MemoryStore) reconcile(r ReconcileRequest) {
+func (s *MemoryStore) reconcile(r *ReconcileRequest) {
 	if windowed(r.KeyLimits, r.WorkspaceLimits) {
-		if mayQuotaReconcile(&r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
-			s.reconcileQuota(r)
+		if mayQuotaReconcile(r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
+			s.reconcileQuota(*r)
 		} else {
-			s.reconcileWindowed(r)
+			s.reconcileWindowed(*r)
 		}
 		return
 	}
-	if mayQuotaReconcile(&r) {
-		s.reconcileQuota(r)
+	if mayQuotaReconcile(r) {
+		s.reconcileQuota(*r)
 		return
 	}
 	now := r.Now.UnixNano()
@@ -783,7 +783,7 @@ func releaseSlots(ks, wsh *memShard, id string) {
 // bucket, lim its figures): a refund credits one request and the estimate back; a
 // reconcile adds the bounded actual charge less the estimate to the tokens
 // bucket.
-func reconcileEntry(e *entry, r ReconcileRequest, tok Bucket, lim Limits) {
+func reconcileEntry(e *entry, r *ReconcileRequest, tok Bucket, lim Limits) {
 	if r.Refund {
 		e.req.adjust(-1, 2*lim.RequestsPerMinute)
 		e.tok.adjust(-r.Estimate, 2*lim.TokensPerMinute)

@@ -531,7 +531,7 @@ func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
 		lim := r.WorkspaceLimits
 		wh := s.workspaceHash(r.Workspace, r.Model)
 		sh, e, ev := s.solo(r.Workspace, r.Model, &lim, now)
-		reconcileEntry(e, r, WorkspaceTokens, lim)
+		reconcileEntry(e, &r, WorkspaceTokens, lim)
 		ws := winSetOf(sh, s.perShard, wh, lim.Windows, nil, now, e.last, &ev)
 		reconcileWindows(ws, r, lim.Windows, 0, now)
 		e.settle(&lim)
@@ -546,8 +546,8 @@ func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
 	}
 	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
-	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
-	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
+	reconcileEntry(ke, &r, KeyTokens, r.KeyLimits)
+	reconcileEntry(we, &r, WorkspaceTokens, r.WorkspaceLimits)
 	kw := winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, nil, now, ke.last, &ev)
 	ww := winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, nil, now, we.last, &ev)
 	reconcileWindows(kw, r, r.KeyLimits.Windows, 0, now)

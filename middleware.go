@@ -336,7 +336,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		// In process: no reply can be lost, so the ID (set under a gauge)
 		// only names the slots its reconcile releases, and no identity
 		// record is kept for it.
-		a.d, err = l.mem.admitAny(req)
+		a.d, err = l.mem.admitAny(&req)
 	} else {
 		if req.ID == "" {
 			req.ID = NewAdmissionID()
@@ -462,7 +462,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 			u := chargedUsage(res, a.input, cut)
 			req.InputEstimate, req.InputActual, req.OutputActual = a.input, max(0, u.InputTokens-u.CachedInputTokens), max(0, u.OutputTokens)
 		}
-		l.reconcile(r.Context(), a, req)
+		l.reconcile(r.Context(), a, &req)
 	}
 	if ce := l.debug.Check(zap.DebugLevel, "llmrate: reconciled"); ce != nil {
 		ce.Write(zap.String("key_fp", Fingerprint(a.key)), zap.Stringer("kind", ev.Kind), zap.Int64("estimate", ev.Estimate),
@@ -486,7 +486,7 @@ func (l *Limiter) finishBusy(t *tracker) {
 		// The estimate stands; the reconcile only releases the slots.
 		req := a.reconcileRequest(l.cfg.clock())
 		req.InputEstimate, req.InputActual = a.input, a.input
-		l.reconcile(context.Background(), a, req)
+		l.reconcile(context.Background(), a, &req)
 	}
 	if o := l.cfg.observer; o != nil {
 		o.Reconciled(ReconcileEvent{Kind: ReconcileEstimated, Tier: a.tier, Plan: a.plan, Estimate: a.est, Actual: a.est, Cut: true})

@@ -190,18 +190,18 @@ func (q *reconcileQueue) close(ctx context.Context) (dropped int64) {
 
 // reconcile applies req: at once for the memory store, else through the
 // queue, or on this goroutine when the queue is full, closed or off.
-func (l *Limiter) reconcile(ctx context.Context, a *admission, req ReconcileRequest) {
+func (l *Limiter) reconcile(ctx context.Context, a *admission, req *ReconcileRequest) {
 	var err error
 	switch {
 	case l.mem != nil:
 		// In process: no reply can be lost, so no identity is recorded;
 		// the ID only releases the slots its admission holds.
 		l.mem.reconcile(req)
-	case l.rq != nil && l.rq.enqueue(reconcileJob{req: req, tier: a.tier, plan: a.plan}):
+	case l.rq != nil && l.rq.enqueue(reconcileJob{req: *req, tier: a.tier, plan: a.plan}):
 		return
 	default:
-		if err = l.calls.reconcile(ctx, req); err != nil {
-			l.retryReconcile(reconcileJob{req: req, tier: a.tier, plan: a.plan}, err) // tried again for a few seconds
+		if err = l.calls.reconcile(ctx, *req); err != nil {
+			l.retryReconcile(reconcileJob{req: *req, tier: a.tier, plan: a.plan}, err) // tried again for a few seconds
 			return
 		}
 	}

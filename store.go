@@ -282,9 +282,8 @@ type Peeker interface {
 	// Peek returns the levels Admit would find for req now, in one read,
 	// debiting nothing, taking no slot and opening no session:
 	// Decision.Remaining (0 for an Unlimited figure), KeyWindows,
-	// WorkspaceWindows, KeyPlanWindows and WorkspacePlanWindows (with
-	// Reset for calendar and session windows) and At; the other fields are
-	// unset. A bucket never seen reads full.
+	// WorkspaceWindows and Plan (with Reset for calendar and session
+	// windows); the other fields are unset. A bucket never seen reads full.
 	Peek(ctx context.Context, req AdmitRequest) (Decision, error)
 }
 
@@ -404,10 +403,10 @@ type Decision struct {
 	// caller that does not forward it after all (its client left) credits
 	// it back with a reconcile whose Refund is set.
 	Wait time.Duration
-	// KeyPlanWindows and WorkspacePlanWindows hold the levels of the
-	// windows of AdmitRequest.KeyPlan and WorkspacePlan, indexed as their
-	// Windows (nil without).
-	KeyPlanWindows, WorkspacePlanWindows []WindowLevels
+	// Plan holds the levels of the windows of AdmitRequest.KeyPlan and
+	// WorkspacePlan (nil without them, or when they have no windows). A
+	// pointer: a Decision is copied on every admission, and most have none.
+	Plan *PlanLevels
 	// Zone is the refusing calendar window's zone's name (see Calendar).
 	Zone string
 	// Receipt is the store's own note of how it decided this admission
@@ -415,6 +414,23 @@ type Decision struct {
 	// Callers pass it back unchanged in ReconcileRequest.Receipt; a store
 	// that needs none leaves it "".
 	Receipt string
+}
+
+// PlanLevels is Decision.Plan: the whole-unit levels of the windows of the
+// plan's figures lent to a model entry's request, after the decision.
+// KeyWindows is indexed as AdmitRequest.KeyPlan.Windows and
+// WorkspaceWindows as WorkspacePlan.Windows; for a Solo request both are
+// the same buckets' levels.
+type PlanLevels struct {
+	KeyWindows, WorkspaceWindows []WindowLevels
+}
+
+// planLevels returns d's lent windows' levels (nil, nil without).
+func (d *Decision) planLevels() (key, workspace []WindowLevels) {
+	if d.Plan == nil {
+		return nil, nil
+	}
+	return d.Plan.KeyWindows, d.Plan.WorkspaceWindows
 }
 
 // ReconcileRequest replaces an admission's token estimate by the tokens the

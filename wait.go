@@ -124,7 +124,7 @@ func (l *Limiter) waitTurn(w http.ResponseWriter, r *http.Request, a *admission)
 	// reconcile also releases the request's gauge slots.
 	req := a.reconcileRequest(l.cfg.clock())
 	req.InputEstimate, req.Refund = a.input, true
-	l.reconcile(context.WithoutCancel(r.Context()), a, req)
+	l.reconcile(context.WithoutCancel(r.Context()), a, &req)
 	if ce := l.debug.Check(zap.DebugLevel, "llmrate: left while waiting; reservation refunded"); ce != nil {
 		ce.Write(zap.String("key_fp", Fingerprint(a.key)), zap.Duration("wait", a.d.Wait), zap.Duration("left", left))
 	}

@@ -158,9 +158,12 @@ func runQuotas(t *testing.T, f factory) {
 			r.Tokens, r.ID = 60, "first"
 			d := q.admit(r)
 			mustEqual(t, true, d.Allowed, "solo %v: the entry's request", solo)
-			levels := d.KeyPlanWindows
-			if solo {
-				levels = d.WorkspacePlanWindows
+			var levels []llmrate.WindowLevels
+			if d.Plan != nil {
+				levels = d.Plan.KeyWindows
+				if solo {
+					levels = d.Plan.WorkspaceWindows
+				}
 			}
 			if len(levels) == 1 {
 				equal(t, int64(40), levels[0].Tokens, "solo %v: the plan's month, lent", solo)
