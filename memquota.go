@@ -689,8 +689,9 @@ func nilIfEmpty(l []WindowLevels) []WindowLevels {
 // debited (a session bucket opened) only if all have room and every gauge
 // a slot above its floor; the caller takes the slots. A reservation
 // (maxWait > 0) is granted only when every calendar and session bucket has
-// room now: one that waits for a period's start or a session's end is
-// refused, its RetryAfter the time to that boundary.
+// room now and the wait ends before their period's (or session's) end: one
+// that waits for a period's start or a session's end, or would run past
+// it, is refused, its RetryAfter the time to that boundary or the wait.
 func (s *MemoryStore) decideQuota(d *Decision, st []qStage, gauges []quotaGauge, maxWait time.Duration, now int64) {
 	refused := -1
 	for i := range st {
@@ -745,7 +746,7 @@ func (s *MemoryStore) decideQuota(d *Decision, st []qStage, gauges []quotaGauge,
 			quotaWaits = true
 		}
 	}
-	if maxWait <= 0 || d.NeverFits || exact > maxWait || quotaWaits {
+	if maxWait <= 0 || d.NeverFits || exact > maxWait || quotaWaits || crossesEnd(st, now, exact) {
 		return
 	}
 	if g, full := fullGauge(); full {
@@ -756,6 +757,29 @@ func (s *MemoryStore) decideQuota(d *Decision, st []qStage, gauges []quotaGauge,
 	debit()
 	d.Allowed, d.Refused, d.Window, d.Wait, d.RetryAfter, d.ByReserve, d.Lent = true, 0, 0, exact, 0, false, false
 	d.Calendar, d.Zone, d.Session = 0, "", false
+}
+
+// crossesEnd reports whether a reservation of wait at now would run at or
+// after the end of a calendar period or a session one of st's quota
+// buckets is in: it would be debited in the period it waits in and run in
+// the next, which starts full (so one period would admit its figure and
+// the reservation). Such a request is refused instead, its RetryAfter the
+// wait, past which the next period decides it.
+func crossesEnd(st []qStage, now int64, wait time.Duration) bool {
+	for i := range st {
+		q := st[i].q
+		if q == nil {
+			continue
+		}
+		end := q.end
+		if q.session && end <= now {
+			end = now + q.per // the session this admission would open
+		}
+		if end > 0 && now+int64(wait) >= end {
+			return true
+		}
+	}
+	return false
 }
 
 // reconcileQuota is Reconcile on the quota path: the per-minute tokens

@@ -430,11 +430,13 @@ func TestFollowKeepsASpentQuota(t *testing.T) {
 
 // A reservation never waits across a period's start: a request that would
 // wait for its calendar window is refused, Retry-After to the boundary;
-// one whose calendar window has room waits for its minute as usual.
+// one whose calendar window has room waits for its minute as usual, when
+// its wait ends within the day (TestNoReservationRunningIntoTheNextPeriod:
+// one that would run in the next day is refused).
 func TestNoReservationAcrossAPeriodStart(t *testing.T) {
 	t.Parallel()
 	s := llmrate.NewMemoryStore()
-	now := time.Date(2026, 12, 7, 23, 59, 30, 0, time.UTC)
+	now := time.Date(2026, 12, 7, 23, 58, 0, 0, time.UTC)
 	lim := llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 1_000,
 		Windows: []llmrate.Window{{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 3}}}
 	admit := func() llmrate.Decision {
@@ -446,12 +448,13 @@ func TestNoReservationAcrossAPeriodStart(t *testing.T) {
 	require.True(t, admit().Allowed)
 	require.True(t, admit().Allowed, "the burst of 2")
 	d := admit()
-	require.True(t, d.Allowed, "the day has room: a reservation for the minute's bucket")
+	require.True(t, d.Allowed, "the day has room: a reservation for the minute's bucket, run at 23:59:00")
 	assert.Equal(t, 60*time.Second, d.Wait)
+	now = now.Add(90 * time.Second) // 23:59:30: the minute's bucket at 0.5, the day spent
 	d = admit()
-	assert.False(t, d.Allowed, "the day is spent: no wait across 00:00, though every bucket would have room within MaxWait (2 min)")
+	assert.False(t, d.Allowed, "the day is spent: no wait across 00:00, though every bucket would have room within MaxWait")
 	assert.Equal(t, llmrate.KeyRequests, d.Refused, "the minute's bucket, first in the order")
-	assert.Equal(t, time.Minute, d.RetryAfter, "the minute's wait, capped at a minute; the day's is 30 s")
+	assert.Equal(t, 30*time.Second, d.RetryAfter, "the minute's half a request and the day's 30 s")
 	assert.Zero(t, d.Wait)
 }
 
@@ -526,4 +529,36 @@ func TestReserveOnAMonthlyQuota(t *testing.T) {
 	assert.Equal(t, llmrate.CalendarMonth, d.Calendar)
 	assert.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).Sub(now), d.RetryAfter, "to the 1st")
 	assert.True(t, admit(0).Allowed, "a request without a reserve spends the rest")
+}
+
+// TestNoReservationRunningIntoTheNextPeriod: a reservation granted at
+// 23:59:30 that would wait 60 s for the tokens bucket would run at 00:00:30
+// the next day, debited in the day that ended: the next day would then
+// admit its whole figure beside it. It is refused instead (Retry-After the
+// wait), and the next day admits its 3 and no more.
+func TestNoReservationRunningIntoTheNextPeriod(t *testing.T) {
+	t.Parallel()
+	s := llmrate.NewMemoryStore()
+	lim := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 100,
+		Windows: []llmrate.Window{{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 3}}}
+	t0 := time.Date(2026, 12, 7, 23, 59, 30, 0, time.UTC)
+	admit := func(at time.Time, tokens int64, wait time.Duration) llmrate.Decision {
+		d, err := s.Admit(context.Background(), llmrate.AdmitRequest{Key: "k", Workspace: "w", KeyLimits: lim, WorkspaceLimits: lim, Tokens: tokens, Now: at, MaxWait: wait})
+		require.NoError(t, err)
+		return d
+	}
+	require.True(t, admit(t0, 200, 0).Allowed, "drains the 200-token burst")
+	d := admit(t0, 100, 5*time.Minute)
+	assert.False(t, d.Allowed, "its 60 s wait would end in the next day")
+	assert.Equal(t, time.Minute, d.RetryAfter, "100 tokens at 100 per minute")
+	d = admit(t0.Add(25*time.Second), 1, 5*time.Minute)
+	assert.True(t, d.Allowed, "a 0.6 s wait ends at 23:59:55.6, within the day")
+	n := 0
+	next := time.Date(2026, 12, 8, 0, 10, 0, 0, time.UTC)
+	for i := range 5 {
+		if admit(next.Add(time.Duration(i)*time.Second), 1, 0).Allowed {
+			n++
+		}
+	}
+	assert.Equal(t, 3, n, "the new day holds its 3")
 }
