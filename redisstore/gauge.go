@@ -84,6 +84,9 @@ type holder struct {
 type slots struct {
 	w, kg, wg string
 	key, ws   bool
+	// The plan's gauges lent to a model entry's request (quota.go).
+	pkg, pwg  string
+	pkey, pws bool
 }
 
 func newHolder(ttl time.Duration) *holder {
@@ -148,6 +151,12 @@ func (s *Store) refresh() {
 		}
 		if sl.ws {
 			g = append(g, sl.wg, id)
+		}
+		if sl.pkey {
+			g = append(g, sl.pkg, id)
+		}
+		if sl.pws {
+			g = append(g, sl.pwg, id)
 		}
 		groups[sl.w] = g
 	}

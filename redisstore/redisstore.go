@@ -388,6 +388,7 @@ type Store struct {
 	seen seenRecord // with leases, recent reconciles' identities (lease.go)
 
 	charges chargeBook // the fallback's admissions to charge to Redis (charges.go)
+	quota   quotaState // the server's time as last seen, the calendar caches (quota.go)
 }
 
 // breakAfter is how many failed calls in a row open the breaker: one slow
@@ -982,6 +983,11 @@ func int64s(v any, n int) ([]int64, error) {
 // lost and it has an ID: it is sent again while WithTimeout allows; see
 // llmrate.AdmitRequest.ID).
 func (s *Store) Admit(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decision, error) {
+	if quotaAdmit(&r) {
+		// Unlimited figures, calendar or session windows, a plan's windows
+		// or gauges lent: admitq.lua (quota.go).
+		return s.admitQ(ctx, r, false)
+	}
 	if admitsW(&r) {
 		// Windows, and a priority reserve (floors in every bucket and
 		// gauge): admitw.lua, never batched nor decided on a lease.
@@ -1117,7 +1123,9 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 // charge, one request more debited), under an identity record of its own
 // (kind 'c'), so that the admission's reconcile can still follow it.
 func (s *Store) reconcileRedis(ctx context.Context, r llmrate.ReconcileRequest, charge bool) error {
-	release := !charge && r.ID != "" && (r.Receipt == receiptGauged || gauged(r.KeyLimits, r.WorkspaceLimits))
+	quota := quotaReconcile(&r)
+	release := !charge && r.ID != "" && (r.Receipt == receiptGauged || gauged(r.KeyLimits, r.WorkspaceLimits) ||
+		quota && gauged(r.KeyPlan, r.WorkspacePlan))
 	if release {
 		// This process stops refreshing the slots at the first attempt,
 		// applied or not: if no attempt lands, they expire a slot life
@@ -1129,6 +1137,8 @@ func (s *Store) reconcileRedis(ctx context.Context, r llmrate.ReconcileRequest, 
 	}
 	var err error
 	switch {
+	case quota:
+		err = s.reconcileQ(ctx, r, release, charge) // quota.go
 	case windowed(r.KeyLimits, r.WorkspaceLimits):
 		err = s.reconcileW(ctx, r, release, charge) // window.go
 	case release:

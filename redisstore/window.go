@@ -62,8 +62,11 @@ type wbucket struct {
 	code  llmrate.Bucket // the Bucket that names it in a refusal
 	meter int            // its index in llmrate.WindowMeters()[scope]: requests, tokens, input, output
 	win   llmrate.Window
-	scope int // 0: one of KeyLimits.Windows, 1: one of WorkspaceLimits.Windows
+	scope int // 0: one of KeyLimits.Windows, 1: one of WorkspaceLimits.Windows (quota.go: 2, 3 the plan's)
 	index int // its window's index there
+
+	lent bool     // quota.go: a plan's window lent to a model entry's request
+	p    [4]int64 // quota.go: a calendar window's periods around the server's time, µs
 }
 
 // meterLetters end a window bucket's entry name, by meter.
