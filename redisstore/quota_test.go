@@ -138,3 +138,242 @@ func normalize(ls []llmrate.WindowLevels) []llmrate.WindowLevels {
 	}
 	return out
 }
+
+// TestSessionWindowOpensAtTheFirstAdmission: a 5 h session of 2 requests
+// opens at its first admitted request, holds its figure until 5 h after
+// that (nothing refills within), then is full again; a refusal never
+// opens one.
+func TestSessionWindowOpensAtTheFirstAdmission(t *testing.T) {
+	t0 := time.Unix(1_750_000_000, 0)
+	s, clk, _ := quotaStore(t, t0)
+	sess := llmrate.Window{Per: 5 * time.Hour, Session: true, Requests: 2}
+	day := llmrate.Window{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 1}
+	r := llmrate.AdmitRequest{Key: "sk-sess", Workspace: "acme", KeyLimits: withWindows(roomy, sess), WorkspaceLimits: roomy, Tokens: 1}
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 2}}, peek(t, s, r).KeyWindows, "unused: full, no reset")
+
+	// Refused by the workspace's daily quota: the key's session stays unused.
+	ws := r
+	ws.Key, ws.WorkspaceLimits = "sk-other", withWindows(roomy, day)
+	require.True(t, admit(t, s, ws).Allowed)
+	refused := r
+	refused.WorkspaceLimits = ws.WorkspaceLimits
+	d := admit(t, s, refused)
+	require.False(t, d.Allowed)
+	assert.Equal(t, llmrate.WorkspaceRequests, d.Refused)
+	assert.Equal(t, llmrate.CalendarDay, d.Calendar)
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 2}}, peek(t, s, r).KeyWindows, "a refusal opens no session")
+
+	clk.add(time.Hour)
+	opened := clk.now()
+	d = admit(t, s, r)
+	require.True(t, d.Allowed)
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: opened.Add(5 * time.Hour).UTC()}}, normalize(d.KeyWindows))
+	clk.add(time.Hour)
+	require.True(t, admit(t, s, r).Allowed)
+	clk.add(time.Hour) // nothing refills within
+	d = admit(t, s, r)
+	require.False(t, d.Allowed)
+	assert.Equal(t, llmrate.KeyRequests, d.Refused)
+	assert.True(t, d.Session)
+	assert.Equal(t, 5*time.Hour, d.Window)
+	assert.Equal(t, 3*time.Hour, d.RetryAfter, "to the session's end")
+
+	clk.t = opened.Add(5*time.Hour - time.Microsecond)
+	assert.False(t, admit(t, s, r).Allowed)
+	clk.t = opened.Add(5 * time.Hour)
+	d = admit(t, s, r)
+	require.True(t, d.Allowed, "full again at the session's end; a new one opens")
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: opened.Add(10 * time.Hour).UTC()}}, normalize(d.KeyWindows))
+}
+
+// TestLentPlanQuotaHoldsEveryModel is issue 42's repro on the store: a
+// plan's daily token quota, lent to each model entry's request, is one
+// quota: gpt-4o-mini spends it, then claude-* on the same key is refused
+// by it (Lent), and a request without an entry spends the same buckets.
+func TestLentPlanQuotaHoldsEveryModel(t *testing.T) {
+	s, _, _ := quotaStore(t, time.Date(2026, time.March, 3, 9, 0, 0, 0, time.UTC))
+	tokyo := zone(t, "Asia/Tokyo")
+	plan := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarDay, Zone: tokyo, Tokens: 1_000})
+	entry := llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: llmrate.Unlimited,
+		Windows: []llmrate.Window{{Per: time.Minute, InputTokens: 100_000}}}
+	mini := llmrate.AdmitRequest{Key: "sk-plan", Workspace: "acme", Model: "gpt-4o-mini", KeyLimits: roomy, WorkspaceLimits: roomy,
+		KeyPlan: plan, WorkspacePlan: roomy, Tokens: 600}
+	d := admit(t, s, mini)
+	require.True(t, d.Allowed)
+	require.Len(t, d.KeyPlanWindows, 1)
+	assert.Equal(t, int64(400), d.KeyPlanWindows[0].Tokens)
+	assert.Nil(t, d.KeyWindows)
+
+	claude := llmrate.AdmitRequest{Key: "sk-plan", Workspace: "acme", Model: "claude-*", KeyLimits: entry, WorkspaceLimits: roomy,
+		KeyPlan: plan, WorkspacePlan: roomy, Tokens: 500, InputTokens: 500}
+	d = admit(t, s, claude)
+	require.False(t, d.Allowed, "the plan's daily quota holds claude too")
+	assert.Equal(t, llmrate.KeyTokens, d.Refused)
+	assert.True(t, d.Lent)
+	assert.Equal(t, llmrate.CalendarDay, d.Calendar)
+	assert.Equal(t, "Asia/Tokyo", d.Zone)
+	// 09:00 UTC is 18:00 in Tokyo: 6 h to its midnight.
+	assert.Equal(t, 6*time.Hour, d.RetryAfter)
+	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 400, Reset: time.Date(2026, time.March, 4, 0, 0, 0, 0, tokyo).UTC()}}, normalize(d.KeyPlanWindows))
+	assert.Equal(t, []llmrate.WindowLevels{{InputTokens: 100_000}}, d.KeyWindows, "the entry's own window, untouched")
+
+	claude.Tokens, claude.InputTokens = 400, 400
+	d = admit(t, s, claude)
+	require.True(t, d.Allowed)
+	assert.Equal(t, int64(0), d.KeyPlanWindows[0].Tokens)
+	assert.Equal(t, int64(100_000-400), d.KeyWindows[0].InputTokens)
+
+	// The default buckets' identity: a request without an entry spends the
+	// same window.
+	plain := llmrate.AdmitRequest{Key: "sk-plan", Workspace: "acme", KeyLimits: plan, WorkspaceLimits: roomy, Tokens: 1}
+	d = admit(t, s, plain)
+	require.False(t, d.Allowed)
+	assert.False(t, d.Lent, "its own window")
+	assert.Equal(t, llmrate.CalendarDay, d.Calendar)
+}
+
+// TestLentPlanGaugeHoldsEveryModel: a plan's concurrency cap, lent to
+// model entries' requests, takes one slot per request whatever its model;
+// the reconcile releases it.
+func TestLentPlanGaugeHoldsEveryModel(t *testing.T) {
+	s, _, _ := quotaStore(t, time.Unix(1_750_000_000, 0))
+	ctx := context.Background()
+	plan := roomy
+	plan.ConcurrentRequests = 1
+	a := llmrate.AdmitRequest{Key: "sk-g", Workspace: "acme", Model: "gpt-4o", KeyLimits: roomy, WorkspaceLimits: roomy,
+		WorkspacePlan: plan, Tokens: 1, ID: llmrate.NewAdmissionID()}
+	d := admit(t, s, a)
+	require.True(t, d.Allowed)
+	b := a
+	b.Model, b.ID = "claude-*", llmrate.NewAdmissionID()
+	d = admit(t, s, b)
+	require.False(t, d.Allowed)
+	assert.Equal(t, llmrate.WorkspaceConcurrent, d.Refused)
+	assert.True(t, d.Lent)
+	assert.Equal(t, time.Second, d.RetryAfter)
+
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: a.Key, Workspace: a.Workspace, Model: a.Model, KeyLimits: roomy,
+		WorkspaceLimits: roomy, WorkspacePlan: plan, Estimate: 1, Actual: 1, ID: a.ID, Receipt: "g"}))
+	assert.Zero(t, s.Held())
+	d = admit(t, s, b)
+	require.True(t, d.Allowed, "the slot is free again")
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: b.Key, Workspace: b.Workspace, Model: b.Model, KeyLimits: roomy,
+		WorkspaceLimits: roomy, WorkspacePlan: plan, Estimate: 1, Actual: 1, ID: b.ID, Receipt: d.Receipt}))
+}
+
+// TestLateReconcileLandsDebitsDropsCredits: a reconcile lands in its
+// admission's period; once that period ended, a debit still owed (the
+// charge minus the estimate) lands in the current one and a credit is
+// dropped.
+func TestLateReconcileLandsDebitsDropsCredits(t *testing.T) {
+	day1 := time.Date(2026, time.May, 1, 23, 0, 0, 0, time.UTC)
+	s, clk, _ := quotaStore(t, day1)
+	ctx := context.Background()
+	lim := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarDay, Zone: time.UTC, Tokens: 100})
+	r := llmrate.AdmitRequest{Key: "sk-late", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 10}
+	rec := func(d llmrate.Decision, est, actual int64, refund bool) {
+		t.Helper()
+		require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: roomy,
+			Estimate: est, Actual: actual, Admitted: d.At, Refund: refund}))
+	}
+	level := func() int64 { t.Helper(); return peek(t, s, r).KeyWindows[0].Tokens }
+
+	// In its period: a credit lands.
+	d := admit(t, s, r)
+	rec(d, 10, 4, false)
+	assert.Equal(t, int64(96), level())
+
+	// Late: the debit owed (30 - 10) lands in day 2.
+	d = admit(t, s, r)
+	assert.Equal(t, int64(86), level())
+	clk.add(2 * time.Hour)
+	assert.Equal(t, int64(100), level(), "day 2 starts full")
+	rec(d, 10, 30, false)
+	assert.Equal(t, int64(80), level())
+
+	// Late credit and late refund: dropped.
+	r.Tokens = 50
+	d = admit(t, s, r)
+	d2 := admit(t, s, llmrate.AdmitRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 20})
+	assert.Equal(t, int64(10), level())
+	clk.add(24 * time.Hour)
+	rec(d, 50, 0, false)
+	rec(d2, 20, 0, true)
+	assert.Equal(t, int64(100), level(), "day 3 starts full and never holds more")
+
+	// A period ending in debt leaves the next full.
+	r.Tokens = 100
+	d = admit(t, s, r)
+	rec(d, 100, 250, false) // 150 owed in this period: in debt
+	assert.Equal(t, int64(-100), level(), "bounded at twice the figure: 200 charged")
+	clk.add(24 * time.Hour)
+	assert.Equal(t, int64(100), level())
+}
+
+// TestLateReconcileOpensASession: a debit still owed after its session
+// ended opens a session at the reconcile's time; a credit opens nothing.
+func TestLateReconcileOpensASession(t *testing.T) {
+	t0 := time.Unix(1_750_000_000, 0)
+	s, clk, _ := quotaStore(t, t0)
+	ctx := context.Background()
+	lim := withWindows(roomy, llmrate.Window{Per: time.Hour, Session: true, Tokens: 100})
+	r := llmrate.AdmitRequest{Key: "sk-ls", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 10}
+	d := admit(t, s, r)
+	clk.add(2 * time.Hour)
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: roomy,
+		Estimate: 10, Actual: 5, Admitted: d.At}))
+	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 100}}, peek(t, s, r).KeyWindows, "a late credit opens nothing")
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: roomy,
+		Estimate: 10, Actual: 40, Admitted: d.At}))
+	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 70, Reset: clk.now().Add(time.Hour).UTC()}}, normalize(peek(t, s, r).KeyWindows))
+}
+
+// TestTwoProcessesOnSkewedClocksCountOnePeriod: two stores (two gateway
+// processes) whose limiters' clocks are a day apart, on one Redis (one
+// server clock), count one calendar day.
+func TestTwoProcessesOnSkewedClocksCountOnePeriod(t *testing.T) {
+	_, c := redisrig.Start(t)
+	clk := &fakeClock{t: time.Date(2026, time.June, 1, 23, 30, 0, 0, time.UTC)}
+	ss := redisrig.Stores(t, c, 2, redisstore.WithClock(clk.now))
+	lim := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 4})
+	for i := range 4 {
+		r := llmrate.AdmitRequest{Key: "sk-two", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 1,
+			Now: clk.now().Add(time.Duration(2*(i%2)-1) * 24 * time.Hour)}
+		require.True(t, admit(t, ss[i%2], r).Allowed, "admission %d", i)
+	}
+	for i := range 2 {
+		d := admit(t, ss[i], llmrate.AdmitRequest{Key: "sk-two", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 1})
+		assert.False(t, d.Allowed, "store %d: one day's quota between them", i)
+		assert.Equal(t, 30*time.Minute, d.RetryAfter)
+	}
+	clk.add(30 * time.Minute)
+	for i := range 4 {
+		require.True(t, admit(t, ss[i%2], llmrate.AdmitRequest{Key: "sk-two", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 1}).Allowed)
+	}
+}
+
+// TestPeekDebitsNothing: Peek reads the levels Admit would find, debits
+// nothing, takes no slot and writes nothing.
+func TestPeekDebitsNothing(t *testing.T) {
+	berlin := zone(t, "Europe/Berlin")
+	s, _, c := quotaStore(t, time.Date(2026, time.October, 25, 1, 30, 0, 0, time.UTC))
+	g := roomy
+	g.ConcurrentRequests = 1
+	lim := withWindows(g, llmrate.Window{Calendar: llmrate.CalendarDay, Zone: berlin, Requests: 5, Tokens: 50},
+		llmrate.Window{Per: time.Hour, Requests: 3})
+	r := llmrate.AdmitRequest{Key: "sk-peek", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 7, ID: llmrate.NewAdmissionID()}
+	before := peek(t, s, r)
+	assert.Zero(t, keyCount(t, c))
+	// 25 October 2026 is Berlin's 25 h day: it ends at 23:00 UTC.
+	end := time.Date(2026, time.October, 25, 23, 0, 0, 0, time.UTC)
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 5, Tokens: 50, Reset: end}, {Requests: 3}}, normalize(before.KeyWindows))
+	assert.Equal(t, [4]int64{2_000_000, 2 * llmrate.MaxPerMinute, 2_000_000, 2 * llmrate.MaxPerMinute}, before.Remaining)
+	d := admit(t, s, r)
+	require.True(t, d.Allowed)
+	after := peek(t, s, r)
+	assert.Equal(t, normalize(d.KeyWindows), normalize(after.KeyWindows))
+	assert.Equal(t, d.Remaining, after.Remaining)
+	assert.False(t, after.Allowed)
+	r.ID = llmrate.NewAdmissionID()
+	assert.False(t, admit(t, s, r).Allowed, "the peek took no slot: the admission's is still held")
+}

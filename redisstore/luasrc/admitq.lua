@@ -13,7 +13,8 @@
 -- and workspace gauges (lent); then one entry per window bucket (ARGV[10]
 -- lists them); last (optional) the admission's identity record. All in one
 -- hash slot.
--- ARGV[1..9]: as admitw.lua; ARGV[10]: the window buckets, one QSPEC each,
+-- ARGV[1..9]: as admitw.lua (ARGV[4] -1: a peek, Peek: the levels as
+-- found, nothing written); ARGV[10]: the window buckets, one QSPEC each,
 -- in the order they are checked (the key's: the plan's windows, then the
 -- entry's, in each requests, tokens, input, output; then the workspace's
 -- likewise); ARGV[11]: the plan's key and workspace gauges' figures, as
@@ -107,6 +108,19 @@ for i = 1, nw do
 end
 if FL then
   for i = 1, nw do need[i] = need[i] + struct.unpack("<d", FL, 25 + 8 * i) end
+end
+
+if maxwait < 0 then
+  -- A peek (Peek): the levels as found, nothing written, nothing taken.
+  local out = {0, 0, 0, 0, kr, kt, wr, wt, 0, 0, now, 0}
+  if krr <= 0 then out[5] = 0 end
+  if ktr <= 0 then out[6] = 0 end
+  if wrr <= 0 then out[7] = 0 end
+  if wtr <= 0 then out[8] = 0 end
+  for i = 1, nw do
+    out[11 + 2 * i], out[12 + 2 * i] = lv[i], qe[i] or 0
+  end
+  return out
 end
 
 local refused, rwin = -1, 0
