@@ -18,7 +18,9 @@ import (
 // REDISSTORE_MEASURE_N admissions of one hot key, one at a time, each with
 // an ID, and its reconcile when REDISSTORE_MEASURE_RECONCILE is set;
 // REDISSTORE_MEASURE_MODE "gauge" sets a key and a workspace gauge, "wait"
-// a MaxWait (every request fits now). Skipped unless
+// a MaxWait (every request fits now), "window" a rolling 24 h window on
+// the key and the workspace, "month" a calendar month (Europe/Berlin) on
+// both (bench/quota-redis-cost.txt). Skipped unless
 // REDISSTORE_MEASURE_ADDR names the server.
 func TestInstructionsHarness(t *testing.T) {
 	addr := os.Getenv("REDISSTORE_MEASURE_ADDR")
@@ -45,6 +47,16 @@ func TestInstructionsHarness(t *testing.T) {
 			r.KeyLimits.ConcurrentRequests, r.WorkspaceLimits.ConcurrentRequests = 10, 10
 		case "wait":
 			r.MaxWait = 5 * time.Second
+		case "window":
+			w := []llmrate.Window{{Per: 24 * time.Hour, Requests: 1_000_000_000, Tokens: 1_000_000_000_000}}
+			r.KeyLimits.Windows, r.WorkspaceLimits.Windows = w, w
+		case "month":
+			berlin, err := time.LoadLocation("Europe/Berlin")
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := []llmrate.Window{{Calendar: llmrate.CalendarMonth, Zone: berlin, Requests: 1_000_000_000, Tokens: 1_000_000_000_000}}
+			r.KeyLimits.Windows, r.WorkspaceLimits.Windows = w, w
 		}
 		d, err := s.Admit(context.Background(), r)
 		if err != nil || !d.Allowed {
@@ -53,7 +65,7 @@ func TestInstructionsHarness(t *testing.T) {
 		if os.Getenv("REDISSTORE_MEASURE_RECONCILE") != "" {
 			if err := s.Reconcile(context.Background(), llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace,
 				KeyLimits: r.KeyLimits, WorkspaceLimits: r.WorkspaceLimits, Estimate: 100, Actual: 100, ID: r.ID,
-				Receipt: d.Receipt}); err != nil {
+				Receipt: d.Receipt, Admitted: d.At}); err != nil {
 				t.Fatal(err)
 			}
 		}

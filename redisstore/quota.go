@@ -88,7 +88,8 @@ type quotaState struct {
 	skews           atomic.Int64
 }
 
-// Skews returns how many quota admissions failed open because the server's
+// Skews returns how many quota admissions failed open, and how many
+// reconciles dropped a calendar window's charge, because the server's
 // clock was more than a calendar period from this store's idea of it.
 func (s *Store) Skews() int64 { return s.quota.skews.Load() }
 
@@ -488,7 +489,10 @@ func (s *Store) reconcileQ(ctx context.Context, r llmrate.ReconcileRequest, rele
 		defer done()
 		args = append(args, own[0], ret[0], ret[1], ret[2], ret[3], own[1])
 	}
-	_, err := s.run(ctx, script, keys, args, r.ID != "")
+	v, err := s.run(ctx, script, keys, args, r.ID != "")
+	if n, ok := v.(int64); ok && n == 2 {
+		s.quota.skews.Add(1)
+	}
 	return err
 }
 

@@ -377,3 +377,81 @@ func TestPeekDebitsNothing(t *testing.T) {
 	r.ID = llmrate.NewAdmissionID()
 	assert.False(t, admit(t, s, r).Allowed, "the peek took no slot: the admission's is still held")
 }
+
+// TestSkewBeyondAPeriodFailsOpenCounted: without WithClock the store
+// computes periods around the server's time as it last saw it; an idea of
+// it more than a period off fails that admission open (an error, counted
+// in Skews), and the reply's time corrects the next one.
+func TestSkewBeyondAPeriodFailsOpenCounted(t *testing.T) {
+	_, c := redisrig.Start(t)
+	s := redisrig.Store(t, c) // the server's TIME
+	lim := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 10})
+	r := llmrate.AdmitRequest{Key: "sk-skew", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 1}
+	d := admit(t, s, r)
+	require.True(t, d.Allowed)
+	assert.WithinDuration(t, time.Now(), d.At, time.Minute, "At: the server's clock")
+	s.SawServer(time.Now().Add(-72 * time.Hour))
+	d = admit(t, s, r)
+	require.True(t, d.Allowed, "a bucket's recorded period in force is kept, whatever the store thinks")
+	assert.Equal(t, int64(8), d.KeyWindows[0].Requests)
+	s.SawServer(time.Now().Add(-72 * time.Hour))
+	fresh := r
+	fresh.Key = "sk-skew-fresh" // a bucket that needs a period
+	_, err := s.Admit(context.Background(), fresh)
+	require.ErrorIs(t, err, redisstore.ErrSkew)
+	assert.Equal(t, int64(1), s.Skews())
+	d = admit(t, s, fresh)
+	require.True(t, d.Allowed, "corrected by the failed call's reply")
+	assert.Equal(t, int64(9), d.KeyWindows[0].Requests, "the failed-open admission debited nothing")
+
+	s.SawServer(time.Now().Add(-20 * time.Hour)) // less than a period off: tolerated
+	d = admit(t, s, r)
+	require.True(t, d.Allowed)
+	assert.Equal(t, int64(1), s.Skews())
+}
+
+// TestCalendarShortRefusesAReservation: a request a calendar window has no
+// room for now is refused, not given a reservation across the period's
+// start, with the exact wait to it.
+func TestCalendarShortRefusesAReservation(t *testing.T) {
+	end := time.Date(2026, time.July, 2, 0, 0, 0, 0, time.UTC)
+	s, _, _ := quotaStore(t, end.Add(-2*time.Second))
+	lim := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 1})
+	r := llmrate.AdmitRequest{Key: "sk-wait", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 1, MaxWait: time.Minute}
+	require.True(t, admit(t, s, r).Allowed)
+	d := admit(t, s, r)
+	assert.False(t, d.Allowed)
+	assert.Zero(t, d.Wait)
+	assert.Equal(t, 2*time.Second, d.RetryAfter)
+}
+
+// TestQuotaOneRoundTrip: an admission and a reconcile under a calendar
+// window (and a session window, lent windows and gauges) each cost one
+// command on the wire once the scripts are loaded.
+func TestQuotaOneRoundTrip(t *testing.T) {
+	_, c := redisrig.Start(t)
+	h := &countHook{}
+	c.AddHook(h)
+	clk := &fakeClock{t: time.Date(2026, time.August, 31, 23, 0, 0, 0, time.UTC)}
+	s := redisrig.Store(t, c, redisstore.WithClock(clk.now))
+	berlin := zone(t, "Europe/Berlin")
+	plan := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarMonth, Zone: berlin, Tokens: 1_000_000})
+	plan.ConcurrentRequests = 5
+	entry := withWindows(roomy, llmrate.Window{Per: 5 * time.Hour, Session: true, Requests: 100})
+	ctx := context.Background()
+	for i := range 3 {
+		r := llmrate.AdmitRequest{Key: "sk-rt", Workspace: "acme", Model: "claude-*", KeyLimits: entry, WorkspaceLimits: plan,
+			KeyPlan: plan, WorkspacePlan: plan, Tokens: 10, ID: llmrate.NewAdmissionID()}
+		before := h.n.Load()
+		d := admit(t, s, r)
+		require.True(t, d.Allowed)
+		admitCmds := h.n.Load() - before
+		before = h.n.Load()
+		require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model, KeyLimits: entry,
+			WorkspaceLimits: plan, KeyPlan: plan, WorkspacePlan: plan, Estimate: 10, Actual: 12, ID: r.ID, Receipt: d.Receipt, Admitted: d.At}))
+		if i > 0 { // the first loads the scripts (NOSCRIPT, then EVAL)
+			assert.Equal(t, int64(1), admitCmds, "admission %d", i)
+			assert.Equal(t, int64(1), h.n.Load()-before, "reconcile %d", i)
+		}
+	}
+}

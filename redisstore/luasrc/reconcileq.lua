@@ -16,7 +16,10 @@
 -- ARGV[1..13]: as reconcilew.lua; ARGV[14]: the admission's instant (µs,
 -- a little-endian double), then the window buckets, one RQSPEC each; with
 -- leases ARGV[15..20] (wlease.lua).
--- Returns 1 when applied, 0 when already applied under its identity.
+-- Returns 1 when applied, 0 when already applied under its identity, 2
+-- when applied but for a calendar bucket whose period in force was not
+-- among those passed (the caller's clock off by more than a period: that
+-- charge is dropped, and counted by the caller).
 local nw = (#ARGV[14] - 8) / 64
 local base = 4
 if LK then base = 6 end
@@ -42,6 +45,7 @@ if ARGV[9] ~= "1" and (krr > 0 or ktr > 0) then
   adjust(k, ka, 2 * ktr, kls[2], 2 * krr, kls[1])
   rput(KEYS[1], k, krr, ktr, kls, now)
 end
+local skewed = 0
 local spec = ARGV[14]
 local at = struct.unpack("<d", spec)
 if at <= 0 then at = now end
@@ -65,7 +69,9 @@ for i = 1, nw do
         if q == 2 and not open then s, e = now, now + p end
         qput(key, qcap(sp + d, f, true), s, e, now)
       end
+    else
+      skewed = 1
     end
   end
 end
-return 1
+return 1 + skewed
