@@ -92,6 +92,10 @@ const (
 // Redis, which keeps its identity, and so does every reconcile until 30 s
 // after the last one that found it full; the leases meanwhile absorb no
 // reconcile (each costs a round trip, as without leases).
+//
+// Windows bypass leases: a request held to any window (a plan's quota
+// lent to it included) is decided in Redis, so with a plan quota on every
+// request WithLeases does nothing.
 func WithLeases(share float64) Option {
 	return optionFunc(func(c *config) { c.leases, c.leasesSet = share, true })
 }

@@ -139,6 +139,12 @@
 // call, as with any reconcile that debits Redis). The local fallback
 // (WithFallbackLocal) decides it as the memory store does.
 //
+// Quotas (llmrate.QuotaStore: Unlimited figures, calendar and session
+// windows, a plan's windows and gauges lent to a model entry's request)
+// run scripts of their own, admitq.lua and reconcileq.lua, one round trip
+// each; the notes in quota.go give their clock (the server's, with the
+// skew tolerated: less than one calendar period) and key names.
+//
 // # Priority reserves
 //
 // An admission with a priority reserve (llmrate.AdmitRequest.Reserve > 0,
