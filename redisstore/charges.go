@@ -382,7 +382,10 @@ func (s *Store) sendCharge(ctx context.Context, r llmrate.AdmitRequest, rec *llm
 	if !fresh {
 		_, w := s.names(r.Key, r.Workspace, r.Model, r.Solo)
 		kind := byte('a')
-		if admitsW(&r) {
+		switch {
+		case quotaAdmit(&r):
+			kind = 'q' // quota.go
+		case admitsW(&r):
 			kind = 'x'
 		}
 		v, err := s.run(ctx, existsScript, []string{idKey(w, kind, r.ID)}, nil, true)
@@ -402,8 +405,8 @@ func (s *Store) sendCharge(ctx context.Context, r llmrate.AdmitRequest, rec *llm
 		return false, nil // not forwarded after all: nothing consumed
 	default:
 		c = llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model,
-			KeyLimits: r.KeyLimits, WorkspaceLimits: r.WorkspaceLimits, Solo: r.Solo, ID: r.ID,
-			Actual: r.Tokens, InputActual: max(0, r.InputTokens)}
+			KeyLimits: r.KeyLimits, WorkspaceLimits: r.WorkspaceLimits, KeyPlan: r.KeyPlan, WorkspacePlan: r.WorkspacePlan,
+			Solo: r.Solo, ID: r.ID, Actual: r.Tokens, InputActual: max(0, r.InputTokens)}
 		if rec != nil {
 			c.Actual, c.InputActual, c.OutputActual = rec.Actual, rec.InputActual, rec.OutputActual
 		}

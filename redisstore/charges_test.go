@@ -29,6 +29,7 @@ func TestFallbackAdmissionsChargedToRedis(t *testing.T) {
 	gauged := three
 	gauged.ConcurrentRequests = 100
 	windowed := withWindows(three, llmrate.Window{Per: 24 * time.Hour, Requests: 1_000})
+	quota := withWindows(three, llmrate.Window{Calendar: llmrate.CalendarMonth, Zone: time.UTC, Requests: 1_000, Tokens: 10_000})
 	ws := llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: 100_000} // 2,000 requests, 200,000 tokens
 	paths := []struct {
 		name    string
@@ -42,6 +43,7 @@ func TestFallbackAdmissionsChargedToRedis(t *testing.T) {
 		{"gauged", []redisstore.Option{redisstore.WithBatching(1)}, gauged, 0},
 		{"windowed", []redisstore.Option{redisstore.WithBatching(1)}, windowed, 0},
 		{"reserved", []redisstore.Option{redisstore.WithBatching(1)}, three, 1},
+		{"quota", []redisstore.Option{redisstore.WithBatching(1)}, quota, 0},
 	}
 	for _, pt := range paths {
 		t.Run(pt.name, func(t *testing.T) {
@@ -95,6 +97,11 @@ func TestFallbackAdmissionsChargedToRedis(t *testing.T) {
 			if pt.name == "windowed" {
 				require.Len(t, pd.KeyWindows, 1)
 				assert.Equal(t, int64(1_000-2-1), pd.KeyWindows[0].Requests, "the day's window holds them too")
+			}
+			if pt.name == "quota" {
+				require.Len(t, pd.KeyWindows, 1)
+				assert.Equal(t, int64(1_000-2-1), pd.KeyWindows[0].Requests, "the month's quota holds them too")
+				assert.Equal(t, int64(10_000-30-4), pd.KeyWindows[0].Tokens)
 			}
 		})
 	}
