@@ -18,7 +18,9 @@ import (
 
 type onePlan llmrate.Plan
 
-func (p onePlan) ResolvePlan(context.Context, string) (llmrate.Plan, bool) { return llmrate.Plan(p), true }
+func (p onePlan) ResolvePlan(context.Context, string) (llmrate.Plan, bool) {
+	return llmrate.Plan(p), true
+}
 
 // TestPlanDailyQuotaHoldsEveryModelThroughTheMiddleware is issue 42's
 // repro through the limiter on Redis: a plan's calendar-day request quota
