@@ -187,7 +187,7 @@ if refused >= 0 then
     if kind[i] == 0 then
       tk(math.max(60000000, per[i]), wwait_us(lv[i], fr[i], need[i], fig[i], per[i]))
     elseif need[i] > fig[i] then
-      tk(e - now, math.max(e - now, 1), true)
+      tk(0, 0, true) -- never fits: no wait to tell (as the memory store)
     elseif lv[i] < need[i] then
       qshort = true
       tk(e - now, e - now, false)

@@ -429,8 +429,11 @@ func quotaLevels(r *llmrate.AdmitRequest, bs []wbucket, lv []int64) (kw, ww, kpw
 			return
 		}
 		setLevel(&dst[b.index], b.meter, level)
-		if reset > 0 {
-			dst[b.index].Reset = time.UnixMicro(reset)
+		// A window's meters share a calendar period; a session's meters
+		// may have opened apart (a late debit opens one meter's): the
+		// latest end of those open.
+		if at := time.UnixMicro(reset); reset > 0 && at.After(dst[b.index].Reset) {
+			dst[b.index].Reset = at
 		}
 	}
 	for i, b := range bs {
