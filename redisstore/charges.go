@@ -158,6 +158,9 @@ func (s *Store) noteCharge(r llmrate.AdmitRequest, fresh bool) {
 		b.lost.Add(1)
 		return
 	}
+	// The plan's figures are the caller's, not to be kept past the call:
+	// a copy of their own (a fallback admission under a plan is rare).
+	r.KeyPlan, r.WorkspacePlan = copyPlan(r.KeyPlan), copyPlan(r.WorkspacePlan)
 	c := &charge{r: r, at: now, fresh: fresh}
 	b.byID[r.ID] = c
 	b.queue = append(b.queue, c)
@@ -439,4 +442,14 @@ func (s *Store) closeCharges(ctx context.Context) {
 	b.queue = nil
 	b.queued.Store(0)
 	b.mu.Unlock()
+}
+
+// copyPlan returns a copy of the plan's figures p points to (nil for nil).
+func copyPlan(p *llmrate.Limits) *llmrate.Limits {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	c.Windows = append([]llmrate.Window(nil), p.Windows...)
+	return &c
 }

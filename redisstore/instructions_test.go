@@ -65,7 +65,7 @@ func TestInstructionsHarness(t *testing.T) {
 		if os.Getenv("REDISSTORE_MEASURE_RECONCILE") != "" {
 			if err := s.Reconcile(context.Background(), llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace,
 				KeyLimits: r.KeyLimits, WorkspaceLimits: r.WorkspaceLimits, Estimate: 100, Actual: 100, ID: r.ID,
-				Receipt: d.Receipt, Admitted: d.At}); err != nil {
+				Receipt: d.Receipt}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,8 +148,19 @@ func quotaLimits(l llmrate.Limits) bool {
 	return false
 }
 
-// lent reports whether a plan's figures lend windows or a gauge.
-func lent(p llmrate.Limits) bool { return len(p.Windows) > 0 || p.ConcurrentRequests > 0 }
+// lent reports whether a plan's figures (nil: none) lend windows or a
+// gauge.
+func lent(p *llmrate.Limits) bool {
+	return p != nil && (len(p.Windows) > 0 || p.ConcurrentRequests > 0)
+}
+
+// planOf returns the plan's figures p points to (the zero Limits for nil).
+func planOf(p *llmrate.Limits) llmrate.Limits {
+	if p == nil {
+		return llmrate.Limits{}
+	}
+	return *p
+}
 
 // quotaAdmit reports whether r goes to admitq.lua.
 func quotaAdmit(r *llmrate.AdmitRequest) bool {
@@ -159,6 +171,40 @@ func quotaAdmit(r *llmrate.AdmitRequest) bool {
 func quotaReconcile(r *llmrate.ReconcileRequest) bool {
 	return quotaLimits(r.KeyLimits) || quotaLimits(r.WorkspaceLimits) || lent(r.KeyPlan) || lent(r.WorkspacePlan)
 }
+
+// Receipts of quota admissions: the server's instant of the admission, in
+// µs, after receiptAt ("g" first when it took slots), so that its
+// reconcile lands in the admission's period (the limiter's
+// ReconcileRequest.Admitted is its own clock's, not the server's).
+const receiptAt = "@"
+
+// quotaReceipt is the Receipt of a quota admission decided at us (µs).
+func quotaReceipt(gauged bool, us int64) string {
+	b := make([]byte, 0, 24)
+	if gauged {
+		b = append(b, receiptGauged...)
+	}
+	b = append(b, receiptAt...)
+	return string(strconv.AppendInt(b, us, 10))
+}
+
+// receiptInstant returns the instant (µs) a quota admission's receipt
+// holds, 0 for none (any other receipt).
+func receiptInstant(receipt string) int64 {
+	receipt = strings.TrimPrefix(receipt, receiptGauged)
+	if !strings.HasPrefix(receipt, receiptAt) {
+		return 0
+	}
+	us, err := strconv.ParseInt(receipt[len(receiptAt):], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return us
+}
+
+// gaugedReceipt reports whether receipt is that of an admission that took
+// slots in Redis.
+func gaugedReceipt(receipt string) bool { return strings.HasPrefix(receipt, receiptGauged) }
 
 // rate is a per-minute figure as the quota scripts read it: an Unlimited
 // one is 0 (no bucket).
@@ -300,7 +346,8 @@ func gaugeFigures(kl, wl, kp, wp llmrate.Limits, solo bool) (kc, wc, pkc, pwc in
 // batched nor decided on a lease; with maxWait -1 it is a peek (Peek):
 // levels only, nothing written.
 func (s *Store) admitQ(ctx context.Context, r llmrate.AdmitRequest, peek bool) (llmrate.Decision, error) {
-	kc, wc, pkc, pwc := gaugeFigures(r.KeyLimits, r.WorkspaceLimits, r.KeyPlan, r.WorkspacePlan, r.Solo)
+	kp, wp := planOf(r.KeyPlan), planOf(r.WorkspacePlan)
+	kc, wc, pkc, pwc := gaugeFigures(r.KeyLimits, r.WorkspaceLimits, kp, wp, r.Solo)
 	g := kc+wc+pkc+pwc > 0
 	if peek {
 		r.ID = ""
@@ -310,7 +357,7 @@ func (s *Store) admitQ(ctx context.Context, r llmrate.AdmitRequest, peek bool) (
 	if !s.up(ctx) {
 		return s.quotaLocal(ctx, r, errDown, peek)
 	}
-	c := s.newQuotaCall(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, r.KeyPlan, r.WorkspacePlan, r.Solo)
+	c := s.newQuotaCall(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, kp, wp, r.Solo)
 	bs := c.bs
 	keys := s.quotaKeys(c, func(int) bool { return true })
 	script := admitQScript
@@ -357,11 +404,13 @@ func (s *Store) admitQ(ctx context.Context, r llmrate.AdmitRequest, peek bool) (
 	d := quotaDecision(&r, bs, res)
 	if peek {
 		return llmrate.Decision{Remaining: d.Remaining, KeyWindows: d.KeyWindows, WorkspaceWindows: d.WorkspaceWindows,
-			KeyPlanWindows: d.KeyPlanWindows, WorkspacePlanWindows: d.WorkspacePlanWindows, At: d.At}, nil
+			KeyPlanWindows: d.KeyPlanWindows, WorkspacePlanWindows: d.WorkspacePlanWindows}, nil
 	}
 	s.follow(&r, &d)
+	if d.Allowed {
+		d.Receipt = quotaReceipt(g, res[10])
+	}
 	if d.Allowed && g {
-		d.Receipt = receiptGauged
 		s.hold(r.ID, slots{w: c.w, kg: c.kg, wg: c.wg, key: kc > 0, ws: wc > 0, pkg: c.pkg, pwg: c.pwg, pkey: pkc > 0, pws: pwc > 0})
 	}
 	return d, nil
@@ -392,7 +441,6 @@ func quotaDecision(r *llmrate.AdmitRequest, bs []wbucket, res []int64) llmrate.D
 		ByReserve:  res[3]&2 != 0,
 		Remaining:  [4]int64{res[4], res[5], res[6], res[7]},
 		Wait:       time.Duration(res[8]) * time.Microsecond,
-		At:         time.UnixMicro(res[10]),
 	}
 	if !d.Allowed {
 		switch {
@@ -422,7 +470,7 @@ func quotaLevels(r *llmrate.AdmitRequest, bs []wbucket, lv []int64) (kw, ww, kpw
 		}
 		return make([]llmrate.WindowLevels, len(ws))
 	}
-	kw, ww, kpw, wpw = mk(r.KeyLimits.Windows), mk(r.WorkspaceLimits.Windows), mk(r.KeyPlan.Windows), mk(r.WorkspacePlan.Windows)
+	kw, ww, kpw, wpw = mk(r.KeyLimits.Windows), mk(r.WorkspaceLimits.Windows), mk(planOf(r.KeyPlan).Windows), mk(planOf(r.WorkspacePlan).Windows)
 	sets := [4][]llmrate.WindowLevels{kw, ww, kpw, wpw}
 	put := func(dst []llmrate.WindowLevels, b wbucket, level, reset int64) {
 		if b.index >= len(dst) {
@@ -459,11 +507,8 @@ func (s *Store) Peek(ctx context.Context, r llmrate.AdmitRequest) (llmrate.Decis
 // release of the admission's slots (the plan's gauges' too), in one call,
 // applied at most once.
 func (s *Store) reconcileQ(ctx context.Context, r llmrate.ReconcileRequest, release, charge bool) error {
-	c := s.newQuotaCall(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, r.KeyPlan, r.WorkspacePlan, r.Solo)
-	var at int64
-	if !r.Admitted.IsZero() {
-		at = r.Admitted.UnixMicro()
-	}
+	c := s.newQuotaCall(r.Key, r.Workspace, r.Model, r.KeyLimits, r.WorkspaceLimits, planOf(r.KeyPlan), planOf(r.WorkspacePlan), r.Solo)
+	at := receiptInstant(r.Receipt) // the server's instant of the admission; 0 (none): now
 	spec := appendFloats(make([]byte, 0, 8+64*len(c.bs)), float64(at))
 	delta := make([]int64, len(c.bs))
 	for i, b := range c.bs {

@@ -97,7 +97,7 @@ func TestCalendarMonthFullAgainAtTheFirstInItsZone(t *testing.T) {
 		d := admit(t, s, r)
 		require.True(t, d.Allowed, "admission %d", i)
 		require.Equal(t, []llmrate.WindowLevels{{Requests: int64(2 - i), Reset: first.UTC()}}, normalize(d.KeyWindows))
-		assert.True(t, d.At.Equal(start), "At is the store's clock: %v", d.At)
+		assert.True(t, redisstore.ReceiptInstant(d.Receipt).Equal(start), "the receipt holds the store's clock: %q", d.Receipt)
 	}
 	clk.add(10 * 24 * time.Hour) // nothing refills within the month
 	d := admit(t, s, r)
@@ -197,7 +197,7 @@ func TestLentPlanQuotaHoldsEveryModel(t *testing.T) {
 	entry := llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: llmrate.Unlimited,
 		Windows: []llmrate.Window{{Per: time.Minute, InputTokens: 100_000}}}
 	mini := llmrate.AdmitRequest{Key: "sk-plan", Workspace: "acme", Model: "gpt-4o-mini", KeyLimits: roomy, WorkspaceLimits: roomy,
-		KeyPlan: plan, WorkspacePlan: roomy, Tokens: 600}
+		KeyPlan: &plan, WorkspacePlan: &roomy, Tokens: 600}
 	d := admit(t, s, mini)
 	require.True(t, d.Allowed)
 	require.Len(t, d.KeyPlanWindows, 1)
@@ -205,7 +205,7 @@ func TestLentPlanQuotaHoldsEveryModel(t *testing.T) {
 	assert.Nil(t, d.KeyWindows)
 
 	claude := llmrate.AdmitRequest{Key: "sk-plan", Workspace: "acme", Model: "claude-*", KeyLimits: entry, WorkspaceLimits: roomy,
-		KeyPlan: plan, WorkspacePlan: roomy, Tokens: 500, InputTokens: 500}
+		KeyPlan: &plan, WorkspacePlan: &roomy, Tokens: 500, InputTokens: 500}
 	d = admit(t, s, claude)
 	require.False(t, d.Allowed, "the plan's daily quota holds claude too")
 	assert.Equal(t, llmrate.KeyTokens, d.Refused)
@@ -241,7 +241,7 @@ func TestLentPlanGaugeHoldsEveryModel(t *testing.T) {
 	plan := roomy
 	plan.ConcurrentRequests = 1
 	a := llmrate.AdmitRequest{Key: "sk-g", Workspace: "acme", Model: "gpt-4o", KeyLimits: roomy, WorkspaceLimits: roomy,
-		WorkspacePlan: plan, Tokens: 1, ID: llmrate.NewAdmissionID()}
+		WorkspacePlan: &plan, Tokens: 1, ID: llmrate.NewAdmissionID()}
 	d := admit(t, s, a)
 	require.True(t, d.Allowed)
 	b := a
@@ -253,12 +253,12 @@ func TestLentPlanGaugeHoldsEveryModel(t *testing.T) {
 	assert.Equal(t, time.Second, d.RetryAfter)
 
 	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: a.Key, Workspace: a.Workspace, Model: a.Model, KeyLimits: roomy,
-		WorkspaceLimits: roomy, WorkspacePlan: plan, Estimate: 1, Actual: 1, ID: a.ID, Receipt: "g"}))
+		WorkspaceLimits: roomy, WorkspacePlan: &plan, Estimate: 1, Actual: 1, ID: a.ID, Receipt: "g"}))
 	assert.Zero(t, s.Held())
 	d = admit(t, s, b)
 	require.True(t, d.Allowed, "the slot is free again")
 	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: b.Key, Workspace: b.Workspace, Model: b.Model, KeyLimits: roomy,
-		WorkspaceLimits: roomy, WorkspacePlan: plan, Estimate: 1, Actual: 1, ID: b.ID, Receipt: d.Receipt}))
+		WorkspaceLimits: roomy, WorkspacePlan: &plan, Estimate: 1, Actual: 1, ID: b.ID, Receipt: d.Receipt}))
 }
 
 // TestLateReconcileLandsDebitsDropsCredits: a reconcile lands in its
@@ -274,7 +274,7 @@ func TestLateReconcileLandsDebitsDropsCredits(t *testing.T) {
 	rec := func(d llmrate.Decision, est, actual int64, refund bool) {
 		t.Helper()
 		require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: roomy,
-			Estimate: est, Actual: actual, Admitted: d.At, Refund: refund}))
+			Estimate: est, Actual: actual, Receipt: d.Receipt, Refund: refund}))
 	}
 	level := func() int64 { t.Helper(); return peek(t, s, r).KeyWindows[0].Tokens }
 
@@ -321,10 +321,10 @@ func TestLateReconcileOpensASession(t *testing.T) {
 	d := admit(t, s, r)
 	clk.add(2 * time.Hour)
 	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: roomy,
-		Estimate: 10, Actual: 5, Admitted: d.At}))
+		Estimate: 10, Actual: 5, Receipt: d.Receipt}))
 	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 100}}, peek(t, s, r).KeyWindows, "a late credit opens nothing")
 	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: roomy,
-		Estimate: 10, Actual: 40, Admitted: d.At}))
+		Estimate: 10, Actual: 40, Receipt: d.Receipt}))
 	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 70, Reset: clk.now().Add(time.Hour).UTC()}}, normalize(peek(t, s, r).KeyWindows))
 }
 
@@ -389,7 +389,7 @@ func TestSkewBeyondAPeriodFailsOpenCounted(t *testing.T) {
 	r := llmrate.AdmitRequest{Key: "sk-skew", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 1}
 	d := admit(t, s, r)
 	require.True(t, d.Allowed)
-	assert.WithinDuration(t, time.Now(), d.At, time.Minute, "At: the server's clock")
+	assert.WithinDuration(t, time.Now(), redisstore.ReceiptInstant(d.Receipt), time.Minute, "the receipt holds the server's clock")
 	s.SawServer(time.Now().Add(-72 * time.Hour))
 	d = admit(t, s, r)
 	require.True(t, d.Allowed, "a bucket's recorded period in force is kept, whatever the store thinks")
@@ -441,14 +441,14 @@ func TestQuotaOneRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	for i := range 3 {
 		r := llmrate.AdmitRequest{Key: "sk-rt", Workspace: "acme", Model: "claude-*", KeyLimits: entry, WorkspaceLimits: plan,
-			KeyPlan: plan, WorkspacePlan: plan, Tokens: 10, ID: llmrate.NewAdmissionID()}
+			KeyPlan: &plan, WorkspacePlan: &plan, Tokens: 10, ID: llmrate.NewAdmissionID()}
 		before := h.n.Load()
 		d := admit(t, s, r)
 		require.True(t, d.Allowed)
 		admitCmds := h.n.Load() - before
 		before = h.n.Load()
 		require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model, KeyLimits: entry,
-			WorkspaceLimits: plan, KeyPlan: plan, WorkspacePlan: plan, Estimate: 10, Actual: 12, ID: r.ID, Receipt: d.Receipt, Admitted: d.At}))
+			WorkspaceLimits: plan, KeyPlan: &plan, WorkspacePlan: &plan, Estimate: 10, Actual: 12, ID: r.ID, Receipt: d.Receipt}))
 		if i > 0 { // the first loads the scripts (NOSCRIPT, then EVAL)
 			assert.Equal(t, int64(1), admitCmds, "admission %d", i)
 			assert.Equal(t, int64(1), h.n.Load()-before, "reconcile %d", i)

@@ -1130,8 +1130,8 @@ func (s *Store) Reconcile(ctx context.Context, r llmrate.ReconcileRequest) error
 // (kind 'c'), so that the admission's reconcile can still follow it.
 func (s *Store) reconcileRedis(ctx context.Context, r llmrate.ReconcileRequest, charge bool) error {
 	quota := quotaReconcile(&r)
-	release := !charge && r.ID != "" && (r.Receipt == receiptGauged || gauged(r.KeyLimits, r.WorkspaceLimits) ||
-		quota && gauged(r.KeyPlan, r.WorkspacePlan))
+	release := !charge && r.ID != "" && (gaugedReceipt(r.Receipt) || gauged(r.KeyLimits, r.WorkspaceLimits) ||
+		quota && gauged(planOf(r.KeyPlan), planOf(r.WorkspacePlan)))
 	if release {
 		// This process stops refreshing the slots at the first attempt,
 		// applied or not: if no attempt lands, they expire a slot life
