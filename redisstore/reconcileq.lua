@@ -83,9 +83,11 @@ for i = 1, nw do
   local f, p, d, q, p0, p1, p2, p3 = struct.unpack(RQSPEC, spec, i * 64 - 55)
   local key = KEYS[gbase + i]
   if q == 0 then
-    -- A rolling bucket: its level less the delta, floored at minus twice
-    -- its capacity by a debit and capped at its capacity.
-    local last, l, fr = wget(key, now, f, p)
+    -- A rolling bucket, as reconcilew.lua's: refilled at the figure of its
+    -- latest admission (kept in it), then its level less the delta,
+    -- floored at minus twice that figure by a debit and capped at it.
+    local last, l, fr
+    last, l, fr, f = wget(key, now, nil, p, f)
     l = l - d
     if d > 0 and l < -2 * f then l = -2 * f end
     if l >= f then l, fr = f, 0 end
