@@ -517,13 +517,19 @@ func (s *Store) reconcileQ(ctx context.Context, r llmrate.ReconcileRequest, rele
 			d = 1 // a fallback admission's charge: its request (charges.go)
 		}
 		delta[i] = d
-		if d == 0 {
+		p := b.p
+		if kindOf(b.win) == 2 {
+			// Every meter of a session window goes, those with no delta
+			// too: a late debit opens the session for all (p0 names the
+			// window: its scope and index).
+			p[0] = int64(4*b.index + b.scope + 1)
+		} else if d == 0 {
 			continue
 		}
 		spec = appendFloats(spec, float64(b.win.Figure(b.code)), float64(b.win.Per.Microseconds()), float64(d),
-			float64(kindOf(b.win)), float64(b.p[0]), float64(b.p[1]), float64(b.p[2]), float64(b.p[3]))
+			float64(kindOf(b.win)), float64(p[0]), float64(p[1]), float64(p[2]), float64(p[3]))
 	}
-	keys := s.quotaKeys(c, func(i int) bool { return delta[i] != 0 })
+	keys := s.quotaKeys(c, func(i int) bool { return delta[i] != 0 || kindOf(c.bs[i].win) == 2 })
 	script := reconcileQScript
 	if s.leases != nil {
 		script = reconcileQLeaseScript

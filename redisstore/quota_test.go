@@ -455,3 +455,31 @@ func TestQuotaOneRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestLateDebitOpensTheSessionForEveryMeter: a late debit on one meter
+// opens its window's session for all its meters at the reconcile's time,
+// so an admission later in it keeps that end.
+func TestLateDebitOpensTheSessionForEveryMeter(t *testing.T) {
+	t0 := time.Unix(1_750_000_000, 0)
+	s, clk, _ := quotaStore(t, t0)
+	ctx := context.Background()
+	lim := withWindows(roomy, llmrate.Window{Per: time.Hour, Session: true, Requests: 5, Tokens: 100})
+	r := llmrate.AdmitRequest{Key: "sk-all", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 10}
+	d := admit(t, s, r)
+	require.True(t, d.Allowed)
+	clk.add(2 * time.Hour)
+	opened := clk.now()
+	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: roomy,
+		Estimate: 10, Actual: 40, Receipt: d.Receipt}))
+	end := opened.Add(time.Hour).UTC()
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 5, Tokens: 70, Reset: end}}, normalize(peek(t, s, r).KeyWindows))
+	clk.add(30 * time.Minute)
+	d = admit(t, s, r)
+	require.True(t, d.Allowed)
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 4, Tokens: 60, Reset: end}}, normalize(d.KeyWindows), "the session the late debit opened")
+	clk.t = end.Add(-time.Microsecond)
+	r.Tokens = 61
+	d = admit(t, s, r)
+	require.False(t, d.Allowed)
+	assert.Equal(t, time.Microsecond, d.RetryAfter)
+}

@@ -15,8 +15,9 @@
 -- the plan's two gauges, one entry per window bucket), last (optional)
 -- the reconcile's identity record.
 -- ARGV[1..13]: as reconcilew.lua; ARGV[14]: the admission's instant (µs,
--- a little-endian double), then the window buckets, one RQSPEC each; with
--- leases ARGV[15..20] (wlease.lua).
+-- a little-endian double), then the window buckets, one RQSPEC each (every
+-- meter of a session window, those with no delta too, p0 naming its
+-- window); with leases ARGV[15..20] (wlease.lua).
 -- Returns 1 when applied, 0 when already applied under its identity, 2
 -- when applied but for a calendar bucket whose period in force was not
 -- among those passed (the caller's clock off by more than a period: that
@@ -76,6 +77,7 @@ if ARGV[9] ~= "1" and (krr > 0 or ktr > 0) then
   rput(KEYS[1], k, krr, ktr, kls, now)
 end
 local skewed = 0
+local opened, closed = {}, {} -- session windows a late debit opened; session buckets found closed
 local spec = ARGV[14]
 local at = struct.unpack("<d", spec)
 if at <= 0 then at = now end
@@ -94,16 +96,25 @@ for i = 1, nw do
     wput(key, last, l, fr, f, p)
   else
     local sp, s, e, open = qget(key, q, now, p0, p1, p2, p3)
-    if sp then
-      if open and at >= s and at < e then
-        qput(key, qcap(sp + d, f, d > 0), s, e, now)
-      elseif d > 0 then
-        if q == 2 and not open then s, e = now, now + p end
-        qput(key, qcap(sp + d, f, true), s, e, now)
-      end
-    else
+    if not sp then
       skewed = 1
+    elseif open and at >= s and at < e then
+      if d ~= 0 then qput(key, qcap(sp + d, f, d > 0), s, e, now) end
+    elseif d > 0 then
+      if q == 2 and not open then
+        s, e = now, now + p
+        opened[p0] = true
+      end
+      qput(key, qcap(sp + d, f, true), s, e, now)
+    elseif q == 2 and not open then
+      closed[#closed + 1] = i
     end
   end
+end
+-- A late debit that opened a session opened it for every meter of its
+-- window (p0 names the window): those with nothing to land open empty.
+for _, i in ipairs(closed) do
+  local _, p, _, _, g = struct.unpack(RQSPEC, spec, i * 64 - 55)
+  if opened[g] then qput(KEYS[gbase + i], 0, now, now + p, now) end
 end
 return 1 + skewed
