@@ -22,6 +22,9 @@ import (
 // (whole µs, rounded up).
 func sameDecision(d llmrate.Decision) llmrate.Decision {
 	d.Receipt = ""
+	if !d.Allowed && d.Window == 0 && d.Calendar == 0 && !d.Refused.Concurrent() {
+		d.Window = time.Minute // a per-minute bucket's refusal: 0 or a minute (llmrate.Decision.Window)
+	}
 	up := func(w time.Duration) time.Duration { return (w + time.Microsecond - 1).Truncate(time.Microsecond) }
 	d.RetryAfter, d.Wait = up(d.RetryAfter), up(d.Wait)
 	d.KeyWindows, d.WorkspaceWindows = normalize(d.KeyWindows), normalize(d.WorkspaceWindows)
