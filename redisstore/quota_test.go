@@ -483,3 +483,50 @@ func TestLateDebitOpensTheSessionForEveryMeter(t *testing.T) {
 	require.False(t, d.Allowed)
 	assert.Equal(t, time.Microsecond, d.RetryAfter)
 }
+
+// TestQuotasUnderLeases: with WithLeases, quota admissions and reconciles
+// (Unlimited figures, a calendar window, a lent gauge) are decided in
+// Redis on the levels the lease scripts keep, exactly as without leases.
+func TestQuotasUnderLeases(t *testing.T) {
+	for _, leases := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "leases"}[leases], func(t *testing.T) {
+			var opts []redisstore.Option
+			if leases {
+				opts = append(opts, redisstore.WithLeases(0.25))
+			}
+			s, clk, _ := quotaStore(t, time.Date(2026, time.September, 30, 23, 0, 0, 0, time.UTC), opts...)
+			ctx := context.Background()
+			plan := withWindows(llmrate.Limits{RequestsPerMinute: 100, TokensPerMinute: llmrate.Unlimited},
+				llmrate.Window{Calendar: llmrate.CalendarMonth, Zone: time.UTC, Tokens: 1_000})
+			plan.ConcurrentRequests = 2
+			entry := llmrate.Limits{RequestsPerMinute: llmrate.Unlimited, TokensPerMinute: 500}
+			var ids []string
+			var recs []llmrate.ReconcileRequest
+			for i := range 3 {
+				r := llmrate.AdmitRequest{Key: "sk-l", Workspace: "acme", Model: "claude-*", KeyLimits: entry, WorkspaceLimits: roomy,
+					KeyPlan: &plan, WorkspacePlan: &roomy, Tokens: 300, ID: llmrate.NewAdmissionID()}
+				d := admit(t, s, r)
+				if i == 2 {
+					require.False(t, d.Allowed)
+					assert.Equal(t, llmrate.KeyConcurrent, d.Refused)
+					assert.True(t, d.Lent)
+					break
+				}
+				require.True(t, d.Allowed, "admission %d", i)
+				assert.Equal(t, int64(1_000-300*(i+1)), d.KeyPlanWindows[0].Tokens)
+				assert.Equal(t, [4]int64{0, int64(1_000 - 300*(i+1)), 2_000_000 - int64(i+1), 2*llmrate.MaxPerMinute - int64(300*(i+1))}, d.Remaining)
+				ids = append(ids, r.ID)
+				recs = append(recs, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model, KeyLimits: entry,
+					WorkspaceLimits: roomy, KeyPlan: &plan, WorkspacePlan: &roomy, Estimate: 300, Actual: 100, ID: r.ID, Receipt: d.Receipt})
+			}
+			require.NoError(t, s.Reconcile(ctx, recs[0]))
+			p := peek(t, s, llmrate.AdmitRequest{Key: "sk-l", Workspace: "acme", KeyLimits: plan, WorkspaceLimits: roomy, Tokens: 1})
+			assert.Equal(t, int64(1_000-100-300), p.KeyWindows[0].Tokens, "the credit in its month")
+			clk.add(2 * time.Hour) // October
+			require.NoError(t, s.Reconcile(ctx, recs[1]))
+			p = peek(t, s, llmrate.AdmitRequest{Key: "sk-l", Workspace: "acme", KeyLimits: plan, WorkspaceLimits: roomy, Tokens: 1})
+			assert.Equal(t, int64(1_000), p.KeyWindows[0].Tokens, "a late credit dropped: October starts full")
+			assert.Len(t, ids, 2)
+		})
+	}
+}
