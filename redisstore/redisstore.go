@@ -142,8 +142,17 @@
 // Quotas (llmrate.QuotaStore: Unlimited figures, calendar and session
 // windows, a plan's windows and gauges lent to a model entry's request)
 // run scripts of their own, admitq.lua and reconcileq.lua, one round trip
-// each; the notes in quota.go give their clock (the server's, with the
-// skew tolerated: less than one calendar period) and key names.
+// each. A calendar period is the server's (WithClock's clock when set):
+// Lua has no zone data, so the store computes the periods around the
+// server's time as its replies last told it and sends three (before, in
+// force, next); each bucket keeps the [start, end) it recorded and moves
+// on only once the server's clock has passed that end. Skew tolerated:
+// less than one period (a calendar day: 23 h at least) between the
+// server's clock and the store's idea of it; beyond, an admission that
+// would start a period fails open (an error) and is counted (Skews). A
+// request a calendar or session window has no room for is refused, never
+// granted a reservation across the boundary. The notes in quota.go give
+// the key names.
 //
 // # Priority reserves
 //
