@@ -530,3 +530,29 @@ func TestQuotasUnderLeases(t *testing.T) {
 		})
 	}
 }
+
+// TestCalendarPeriodMovesOnlyPastItsRecordedEnd: a bucket moves to a new
+// period only once the server's clock passes the end it recorded, so a
+// clock that steps back over a boundary (a replica promoted a little
+// behind) neither reopens the old period nor resets the new one.
+func TestCalendarPeriodMovesOnlyPastItsRecordedEnd(t *testing.T) {
+	midnight := time.Date(2026, time.November, 2, 0, 0, 0, 0, time.UTC)
+	s, clk, _ := quotaStore(t, midnight.Add(-time.Second))
+	lim := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 2})
+	r := llmrate.AdmitRequest{Key: "sk-back", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 1}
+	require.True(t, admit(t, s, r).Allowed)
+	require.True(t, admit(t, s, r).Allowed)
+	require.False(t, admit(t, s, r).Allowed, "1 November spent")
+	clk.t = midnight.Add(time.Second)
+	d := admit(t, s, r)
+	require.True(t, d.Allowed, "2 November")
+	next := midnight.Add(24 * time.Hour).UTC()
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: next}}, normalize(d.KeyWindows))
+	clk.t = midnight.Add(-500 * time.Millisecond) // the clock steps back over the boundary
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: next}}, normalize(peek(t, s, r).KeyWindows), "the recorded period holds")
+	d = admit(t, s, r)
+	require.True(t, d.Allowed)
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 0, Reset: next}}, normalize(d.KeyWindows), "spent in 2 November's period, not a reopened 1st")
+	clk.t = midnight.Add(2 * time.Second)
+	assert.False(t, admit(t, s, r).Allowed, "2 November counted once")
+}
