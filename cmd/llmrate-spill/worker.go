@@ -457,7 +457,12 @@ type countingStore struct {
 var (
 	_ llmrate.Store            = (*countingStore)(nil)
 	_ llmrate.EvictionNotifier = (*countingStore)(nil)
+	_ llmrate.QuotaStore       = (*countingStore)(nil)
 )
+
+// Quotas implements llmrate.QuotaStore: the redisstore under it keeps
+// quotas (the -month scenario's calendar window).
+func (s *countingStore) Quotas() {}
 
 // receiptLocal is the Decision.Receipt redisstore gives the local
 // fallback's decisions (see redisstore's package doc, "Faults").
