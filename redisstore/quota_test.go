@@ -556,3 +556,28 @@ func TestCalendarPeriodMovesOnlyPastItsRecordedEnd(t *testing.T) {
 	clk.t = midnight.Add(2 * time.Second)
 	assert.False(t, admit(t, s, r).Allowed, "2 November counted once")
 }
+
+// TestQuotaKeyNamesHoldNoRawNames: calendar, session and lent buckets are
+// named by keyed hashes: no API key, workspace, model or zone name
+// appears in a Redis key name.
+func TestQuotaKeyNamesHoldNoRawNames(t *testing.T) {
+	s, _, c := quotaStore(t, time.Unix(1_750_000_000, 0))
+	berlin := zone(t, "Europe/Berlin")
+	plan := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarMonth, Zone: berlin, Requests: 10},
+		llmrate.Window{Per: 5 * time.Hour, Session: true, Tokens: 1_000})
+	plan.ConcurrentRequests = 3
+	r := llmrate.AdmitRequest{Key: "sk-secret-key", Workspace: "acme-corp", Model: "claude-sonnet*", KeyLimits: plan, WorkspaceLimits: plan,
+		KeyPlan: &plan, WorkspacePlan: &plan, Tokens: 10, ID: llmrate.NewAdmissionID()}
+	d := admit(t, s, r)
+	require.True(t, d.Allowed)
+	ks, err := c.Keys(context.Background(), "*").Result()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(ks), 8, "%q", ks)
+	for _, k := range ks {
+		for _, raw := range []string{"secret", "acme", "claude", "Berlin", "Europe"} {
+			assert.NotContains(t, k, raw)
+		}
+	}
+	require.NoError(t, s.Reconcile(context.Background(), llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model,
+		KeyLimits: plan, WorkspaceLimits: plan, KeyPlan: &plan, WorkspacePlan: &plan, Estimate: 10, Actual: 10, ID: r.ID, Receipt: d.Receipt}))
+}
