@@ -104,7 +104,7 @@ end
 -- meter) and take what an admission debits (the output meter: nothing).
 local code, fig, per, need, take, kind = {}, {}, {}, {}, {}, {}
 local last, lv, fr = {}, {}, {}
-local qs, qe, qopen = {}, {}, {}
+local qs, qe, qopen, qold = {}, {}, {}, {}
 local spec = ARGV[10]
 for i = 1, nw do
   local c, m, f, p, q, p0, p1, p2, p3 = struct.unpack(QSPEC, spec, i * 72 - 71)
@@ -121,10 +121,10 @@ for i = 1, nw do
   if q == 0 then
     last[i], lv[i], fr[i] = wget(KEYS[gbase + i], now, f, p)
   else
-    local sp, s, e, open = qget(KEYS[gbase + i], q, now, p0, p1, p2, p3)
+    local sp, s, e, open, stale = qget(KEYS[gbase + i], q, now, p0, p1, p2, p3)
     if not sp then return {-1, now} end
     last[i], lv[i], fr[i] = sp, f - sp, 0
-    qs[i], qe[i], qopen[i] = s, e, open
+    qs[i], qe[i], qopen[i], qold[i] = s, e, open, stale
   end
 end
 if FL then
@@ -270,6 +270,8 @@ for i = 1, nw do
   else
     if refused < 0 and (take[i] > 0 or kind[i] == 2 and not qopen[i]) then
       qput(key, fig[i] - lv[i], qs[i], qe[i], now)
+    elseif qold[i] then
+      qstale(key, kind[i], qs[i], qe[i], now)
     end
     out[12 + 2 * i] = qe[i]
   end

@@ -30,27 +30,40 @@ local function qperiod(now, p0, p1, p2, p3)
   return nil
 end
 
+-- qput writes a quota entry, to expire a minute after its end.
+local function qput(key, sp, s, e, now)
+  redis.call("SET", key, struct.pack(QFMT, sp, s, e), "PX", math.max(math.ceil((e - now) / 1000), 0) + 60000)
+end
+
 -- qget returns the quota entry at key as in force at now: spent, start,
 -- end, and whether it is in force (a session open, a calendar period
 -- recorded). A recorded period is kept while now is before its end; past
 -- it (or absent), a calendar bucket starts the passed period holding now,
 -- full (nil, nil, nil, false when none does), and a session bucket is
--- unused and full (start and end 0).
+-- unused and full (start and end 0). The fifth value is true when an
+-- entry was found past its end (stale): the caller writes its successor
+-- (qstale) even when it debits nothing, so that a clock stepping back
+-- afterwards never finds the period or session it left in force again.
 local function qget(key, kind, now, p0, p1, p2, p3)
   local v = redis.call("GET", key)
   if v then
     local sp, s, e = struct.unpack(QFMT, v)
-    if now < e then return sp, s, e, true end
+    if now < e then return sp, s, e, true, false end
   end
-  if kind == 2 then return 0, 0, 0, false end
+  if kind == 2 then return 0, 0, 0, false, v ~= false and v ~= nil end
   local s, e = qperiod(now, p0, p1, p2, p3)
-  if not s then return nil, nil, nil, false end
-  return 0, s, e, false
+  if not s then return nil, nil, nil, false, false end
+  return 0, s, e, false, v ~= false and v ~= nil
 end
 
--- qput writes a quota entry, to expire a minute after its end.
-local function qput(key, sp, s, e, now)
-  redis.call("SET", key, struct.pack(QFMT, sp, s, e), "PX", math.max(math.ceil((e - now) / 1000), 0) + 60000)
+-- qstale replaces a stale entry by its successor: a calendar bucket's new
+-- period, empty; a session bucket's nothing (unused).
+local function qstale(key, kind, s, e, now)
+  if kind == 2 then
+    redis.call("DEL", key)
+  else
+    qput(key, 0, s, e, now)
+  end
 end
 
 -- qcap bounds what a bucket of figure f holds spent: at least 0 (a credit

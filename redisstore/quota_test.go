@@ -581,3 +581,26 @@ func TestQuotaKeyNamesHoldNoRawNames(t *testing.T) {
 	require.NoError(t, s.Reconcile(context.Background(), llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model,
 		KeyLimits: plan, WorkspaceLimits: plan, KeyPlan: &plan, WorkspacePlan: &plan, Estimate: 10, Actual: 10, ID: r.ID, Receipt: d.Receipt}))
 }
+
+// TestEndedSessionStaysEndedWhenTheClockStepsBack: a session found ended
+// (here by a refused admission) is gone for good: a clock stepping back
+// to before its end finds the window unused, not the old session's spend.
+func TestEndedSessionStaysEndedWhenTheClockStepsBack(t *testing.T) {
+	t0 := time.Unix(1_750_000_000, 0)
+	s, clk, _ := quotaStore(t, t0)
+	sess := withWindows(roomy, llmrate.Window{Per: time.Hour, Session: true, Requests: 1})
+	day := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 1})
+	r := llmrate.AdmitRequest{Key: "sk-sb", Workspace: "acme", KeyLimits: sess, WorkspaceLimits: roomy, Tokens: 1}
+	require.True(t, admit(t, s, r).Allowed)
+	assert.False(t, admit(t, s, r).Allowed, "the session's one request spent")
+	other := llmrate.AdmitRequest{Key: "sk-sb2", Workspace: "acme", KeyLimits: roomy, WorkspaceLimits: day, Tokens: 1}
+	require.True(t, admit(t, s, other).Allowed)
+	clk.t = t0.Add(time.Hour + time.Second)
+	refused := r
+	refused.WorkspaceLimits = day
+	d := admit(t, s, refused)
+	require.False(t, d.Allowed, "refused by the workspace's day")
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1}}, d.KeyWindows, "the session ended: unused")
+	clk.t = t0.Add(time.Hour - time.Second) // the clock steps back before the old session's end
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1}}, peek(t, s, r).KeyWindows, "the ended session is not back")
+}

@@ -65,7 +65,7 @@ for i = 1, nw do
     if l >= f then l, fr = f, 0 end
     wput(key, last, l, fr, f, p)
   else
-    local sp, s, e, open = qget(key, q, now, p0, p1, p2, p3)
+    local sp, s, e, open, stale = qget(key, q, now, p0, p1, p2, p3)
     if not sp then
       skewed = 1
     elseif open and at >= s and at < e then
@@ -76,8 +76,9 @@ for i = 1, nw do
         opened[p0] = true
       end
       qput(key, qcap(sp + d, f, true), s, e, now)
-    elseif q == 2 and not open then
-      closed[#closed + 1] = i
+    else
+      if stale then qstale(key, q, s, e, now) end
+      if q == 2 and not open then closed[#closed + 1] = i end
     end
   end
 end
