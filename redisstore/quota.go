@@ -403,8 +403,7 @@ func (s *Store) admitQ(ctx context.Context, r llmrate.AdmitRequest, peek bool) (
 	s.sawServer(res[10])
 	d := quotaDecision(&r, bs, res)
 	if peek {
-		return llmrate.Decision{Remaining: d.Remaining, KeyWindows: d.KeyWindows, WorkspaceWindows: d.WorkspaceWindows,
-			KeyPlanWindows: d.KeyPlanWindows, WorkspacePlanWindows: d.WorkspacePlanWindows}, nil
+		return llmrate.Decision{Remaining: d.Remaining, KeyWindows: d.KeyWindows, WorkspaceWindows: d.WorkspaceWindows, Plan: d.Plan}, nil
 	}
 	s.follow(&r, &d)
 	if d.Allowed {
@@ -456,7 +455,11 @@ func quotaDecision(r *llmrate.AdmitRequest, bs []wbucket, res []int64) llmrate.D
 			d.Window = time.Minute
 		}
 	}
-	d.KeyWindows, d.WorkspaceWindows, d.KeyPlanWindows, d.WorkspacePlanWindows = quotaLevels(r, bs, res[12:])
+	var kpw, wpw []llmrate.WindowLevels
+	d.KeyWindows, d.WorkspaceWindows, kpw, wpw = quotaLevels(r, bs, res[12:])
+	if kpw != nil || wpw != nil {
+		d.Plan = &llmrate.PlanLevels{KeyWindows: kpw, WorkspaceWindows: wpw}
+	}
 	return d
 }
 

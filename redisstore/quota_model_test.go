@@ -29,11 +29,18 @@ func sameDecision(d llmrate.Decision) llmrate.Decision {
 	up := func(w time.Duration) time.Duration { return (w + time.Microsecond - 1).Truncate(time.Microsecond) }
 	d.RetryAfter, d.Wait = up(d.RetryAfter), up(d.Wait)
 	d.KeyWindows, d.WorkspaceWindows = normalize(d.KeyWindows), normalize(d.WorkspaceWindows)
-	d.KeyPlanWindows, d.WorkspacePlanWindows = normalize(d.KeyPlanWindows), normalize(d.WorkspacePlanWindows)
-	for _, p := range []*[]llmrate.WindowLevels{&d.KeyWindows, &d.WorkspaceWindows, &d.KeyPlanWindows, &d.WorkspacePlanWindows} {
+	var pk, pw []llmrate.WindowLevels
+	if d.Plan != nil {
+		pk, pw = normalize(d.Plan.KeyWindows), normalize(d.Plan.WorkspaceWindows)
+	}
+	for _, p := range []*[]llmrate.WindowLevels{&d.KeyWindows, &d.WorkspaceWindows, &pk, &pw} {
 		if len(*p) == 0 {
 			*p = nil
 		}
+	}
+	d.Plan = nil
+	if pk != nil || pw != nil {
+		d.Plan = &llmrate.PlanLevels{KeyWindows: pk, WorkspaceWindows: pw}
 	}
 	return d
 }
@@ -49,7 +56,7 @@ func sessionResets(r llmrate.AdmitRequest, ds ...*llmrate.Decision) {
 			ws []llmrate.Window
 			ls []llmrate.WindowLevels
 		}{{r.KeyLimits.Windows, d.KeyWindows}, {r.WorkspaceLimits.Windows, d.WorkspaceWindows},
-			{windowsOf(r.KeyPlan), d.KeyPlanWindows}, {windowsOf(r.WorkspacePlan), d.WorkspacePlanWindows}} {
+			{windowsOf(r.KeyPlan), planWindows(d, 0)}, {windowsOf(r.WorkspacePlan), planWindows(d, 1)}} {
 			for i := range p.ls {
 				if i < len(p.ws) && p.ws[i].Session {
 					p.ls[i].Reset = time.Time{}
@@ -57,6 +64,15 @@ func sessionResets(r llmrate.AdmitRequest, ds ...*llmrate.Decision) {
 			}
 		}
 	}
+}
+
+// planWindows returns d's lent windows' levels, the key's (0) or the
+// workspace's (1).
+func planWindows(d *llmrate.Decision, scope int) []llmrate.WindowLevels {
+	if d.Plan == nil {
+		return nil
+	}
+	return [2][]llmrate.WindowLevels{d.Plan.KeyWindows, d.Plan.WorkspaceWindows}[scope]
 }
 
 func windowsOf(p *llmrate.Limits) []llmrate.Window {
@@ -243,7 +259,7 @@ func TestQuotasMatchMemoryStore(t *testing.T) {
 			sessionResets(req, &pw, &pg)
 			require.Equal(t, sameDecision(pw), sameDecision(pg), "Peek: seed %d step %d", seed, step)
 			if os.Getenv("LLMRATE_QUOTA_SEED") != "" {
-				t.Logf("step %d now %v model %q tokens %d allowed %v refused %v kpw %+v", step, now.Format(time.RFC3339Nano), model, req.Tokens, got.Allowed, got.Refused, pg.KeyPlanWindows)
+				t.Logf("step %d now %v model %q tokens %d allowed %v refused %v kpw %+v", step, now.Format(time.RFC3339Nano), model, req.Tokens, got.Allowed, got.Refused, pg.Plan)
 			}
 			if !got.Allowed {
 				refused++

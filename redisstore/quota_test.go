@@ -200,8 +200,9 @@ func TestLentPlanQuotaHoldsEveryModel(t *testing.T) {
 		KeyPlan: &plan, WorkspacePlan: &roomy, Tokens: 600}
 	d := admit(t, s, mini)
 	require.True(t, d.Allowed)
-	require.Len(t, d.KeyPlanWindows, 1)
-	assert.Equal(t, int64(400), d.KeyPlanWindows[0].Tokens)
+	require.NotNil(t, d.Plan)
+	require.Len(t, d.Plan.KeyWindows, 1)
+	assert.Equal(t, int64(400), d.Plan.KeyWindows[0].Tokens)
 	assert.Nil(t, d.KeyWindows)
 
 	claude := llmrate.AdmitRequest{Key: "sk-plan", Workspace: "acme", Model: "claude-*", KeyLimits: entry, WorkspaceLimits: roomy,
@@ -214,13 +215,13 @@ func TestLentPlanQuotaHoldsEveryModel(t *testing.T) {
 	assert.Equal(t, "Asia/Tokyo", d.Zone)
 	// 09:00 UTC is 18:00 in Tokyo: 6 h to its midnight.
 	assert.Equal(t, 6*time.Hour, d.RetryAfter)
-	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 400, Reset: time.Date(2026, time.March, 4, 0, 0, 0, 0, tokyo).UTC()}}, normalize(d.KeyPlanWindows))
+	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 400, Reset: time.Date(2026, time.March, 4, 0, 0, 0, 0, tokyo).UTC()}}, normalize(d.Plan.KeyWindows))
 	assert.Equal(t, []llmrate.WindowLevels{{InputTokens: 100_000}}, d.KeyWindows, "the entry's own window, untouched")
 
 	claude.Tokens, claude.InputTokens = 400, 400
 	d = admit(t, s, claude)
 	require.True(t, d.Allowed)
-	assert.Equal(t, int64(0), d.KeyPlanWindows[0].Tokens)
+	assert.Equal(t, int64(0), d.Plan.KeyWindows[0].Tokens)
 	assert.Equal(t, int64(100_000-400), d.KeyWindows[0].InputTokens)
 
 	// The default buckets' identity: a request without an entry spends the
@@ -513,7 +514,7 @@ func TestQuotasUnderLeases(t *testing.T) {
 					break
 				}
 				require.True(t, d.Allowed, "admission %d", i)
-				assert.Equal(t, int64(1_000-300*(i+1)), d.KeyPlanWindows[0].Tokens)
+				assert.Equal(t, int64(1_000-300*(i+1)), d.Plan.KeyWindows[0].Tokens)
 				assert.Equal(t, [4]int64{0, int64(1_000 - 300*(i+1)), 2_000_000 - int64(i+1), 2*llmrate.MaxPerMinute - int64(300*(i+1))}, d.Remaining)
 				ids = append(ids, r.ID)
 				recs = append(recs, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, Model: r.Model, KeyLimits: entry,
