@@ -45,11 +45,13 @@ func sameDecision(d llmrate.Decision) llmrate.Decision {
 	return d
 }
 
-// sessionResets sets aside the Reset of session windows: a session's
-// meters may open apart (a late debit opens one meter's session), and the
-// stores name a window's Reset differently then (the memory store its last
-// meter's, zero when that one is not open; the Redis store the latest end
-// of those open). Session resets are pinned in quota_test.go.
+// sessionResets sets aside the Reset of session windows: a window's
+// meters keep sessions of their own, which may open apart (seed 130 of
+// LLMRATE_QUOTA_SEEDS=300 has two 3 s apart), and the stores name a
+// window's Reset differently then (the memory store its last meter's,
+// zero when that one is not open; the Redis store the latest end of those
+// open). Levels are compared whole; session resets are pinned in
+// quota_test.go.
 func sessionResets(r llmrate.AdmitRequest, ds ...*llmrate.Decision) {
 	for _, d := range ds {
 		for _, p := range []struct {
