@@ -263,12 +263,14 @@ type AdmitRequest struct {
 // changed within a period keeps what was spent (remaining = figure −
 // spent; in debt above it).
 //
-// Reservations (AdmitRequest.MaxWait) are not granted across a calendar
-// period's start or a session's end by the memory store: a request that
-// would wait for one is refused, RetryAfter the time to that boundary
-// (the client retries then, and its charge lands in the new period). One
-// whose calendar and session windows all have room now may wait for its
-// rolling buckets as usual.
+// Reservations (AdmitRequest.MaxWait) are never granted across a calendar
+// period's start or a session's end, by both built-in stores: a request
+// that would wait for one is refused, RetryAfter the time to that boundary
+// (the client retries then, and its charge lands in the new period), and
+// so is one whose wait for its rolling buckets would end at or past the
+// end of a period or session it spends (debited in the period it waits
+// in, it would run in the next, which starts full). One whose wait ends
+// within every such period waits as usual.
 type QuotaStore interface {
 	Store
 	// Quotas marks the implementation; it is never called.

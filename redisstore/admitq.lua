@@ -181,9 +181,11 @@ if refused >= 0 then
   if ktr > 0 then tk(60000000, wait_us(kt, ktf, n + fkt, ktr, 2 * ktr)) end
   if wrr > 0 then tk(60000000, wait_us(wr, wrf, 1 + fwr, wrr, 2 * wrr)) end
   if wtr > 0 then tk(60000000, wait_us(wt, wtf, n + fwt, wtr, 2 * wtr)) end
+  local qend = nil -- the first end of a calendar period or session spent
   for i = 1, nw do
     local e = qe[i]
     if kind[i] == 2 and not qopen[i] then e = now + per[i] end
+    if kind[i] ~= 0 and e and e > 0 and (qend == nil or e < qend) then qend = e end
     if kind[i] == 0 then
       tk(math.max(60000000, per[i]), wwait_us(lv[i], fr[i], need[i], fig[i], per[i]))
     elseif need[i] > fig[i] then
@@ -193,7 +195,9 @@ if refused >= 0 then
       tk(e - now, e - now, false)
     end
   end
-  if maxwait > 0 and never == 0 and not qshort and retry <= maxwait then
+  -- Nor one that would run at or past such an end: debited in the period
+  -- it waits in, it would run in the next, which starts full.
+  if maxwait > 0 and never == 0 and not qshort and retry <= maxwait and (qend == nil or now + retry < qend) then
     refused, rwin, wait, retry = -1, 0, retry, 0 -- a reservation
   else
     retry = capped

@@ -605,3 +605,30 @@ func TestEndedSessionStaysEndedWhenTheClockStepsBack(t *testing.T) {
 	clk.t = t0.Add(time.Hour - time.Second) // the clock steps back before the old session's end
 	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1}}, peek(t, s, r).KeyWindows, "the ended session is not back")
 }
+
+// TestQuotaNoReservationRunningIntoTheNextPeriod: a reservation granted at
+// 23:59:30 for a 60 s wait on the tokens bucket would run at 00:00:30 the
+// next day, debited in the day that ended, and the next day would admit
+// its whole figure beside it. It is refused instead (as the memory store
+// does), and the next day admits its 3 and no more.
+func TestQuotaNoReservationRunningIntoTheNextPeriod(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 23, 59, 30, 0, time.UTC)
+	s, clk, _ := quotaStore(t, t0)
+	lim := llmrate.Limits{RequestsPerMinute: 1000, TokensPerMinute: 100,
+		Windows: []llmrate.Window{{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 3}}}
+	r := llmrate.AdmitRequest{Key: "sk-res", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 200}
+	require.True(t, admit(t, s, r).Allowed, "drains the 200-token burst")
+	r.Tokens, r.MaxWait = 100, 5*time.Minute
+	d := admit(t, s, r)
+	assert.False(t, d.Allowed, "its 60 s wait would end in the next day")
+	assert.Equal(t, time.Minute, d.RetryAfter)
+	clk.add(10 * time.Minute) // 00:09:30 on the 8th
+	r.Tokens, r.MaxWait = 1, 0
+	n := 0
+	for range 5 {
+		if admit(t, s, r).Allowed {
+			n++
+		}
+	}
+	assert.Equal(t, 3, n, "the new day holds its 3")
+}
