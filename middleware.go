@@ -396,7 +396,7 @@ func (l *Limiter) observeDecided(a *admission, o Observer, ev DecisionEvent) (ok
 func (l *Limiter) failOpen(a *admission, op string, err error) {
 	l.failOpens.Add(1)
 	if ce := l.log.Check(zap.WarnLevel, "llmrate: failing open"); ce != nil {
-		ce.Write(zap.String("op", op), zap.String("key_fp", Fingerprint(a.key)), zap.Stringer("tier", a.tier), zap.Error(err))
+		ce.Write(zap.String("op", op), zap.String("key_fp", Fingerprint(a.key)), planField(a), zap.Error(err))
 	}
 	if o := l.cfg.observer; o != nil {
 		o.FailedOpen(FailOpenEvent{Op: op, Err: err, Plan: a.plan})

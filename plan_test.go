@@ -11,6 +11,8 @@ import (
 	"github.com/llmrate/llmrate"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // staticPlans resolves workspaces to plans from a map.
@@ -283,4 +285,32 @@ func TestLimitsEndpointBadPlanIs500(t *testing.T) {
 	l.LimitsHandler().ServeHTTP(w, r)
 	assert.Equal(t, http.StatusInternalServerError, w.Code)
 	assert.Equal(t, int64(1), l.FailOpens())
+}
+
+// TestLogsNameThePlanUnderPlans: under plans a log line names the plan,
+// never a tier (the tier means nothing there); without plans, the tier.
+func TestLogsNameThePlanUnderPlans(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.DebugLevel)
+	resolver := llmrate.PlanResolverFunc(func(_ context.Context, ws string) (llmrate.Plan, bool) {
+		if ws == "sk-panic" {
+			panic("resolver down")
+		}
+		return llmrate.Plan{Name: "pro", Limits: llmrate.Limits{RequestsPerMinute: 1, TokensPerMinute: 1_000}}, true
+	})
+	h := newHarness(t, okHandler, llmrate.WithPlans(resolver, tinyPlan), llmrate.WithLogger(zap.New(core)))
+	h.burst("sk-a", 5)
+	require.Equal(t, http.StatusOK, h.send("sk-panic", 0).Code)
+	fields := func(msg string) map[string]any {
+		t.Helper()
+		entries := logs.FilterMessage(msg).All()
+		require.NotEmpty(t, entries, msg)
+		return entries[0].ContextMap()
+	}
+	refused := fields("llmrate: refused")
+	assert.Equal(t, "pro", refused["plan"])
+	assert.NotContains(t, refused, "tier")
+	failed := fields("llmrate: failing open")
+	assert.Equal(t, "", failed["plan"])
+	assert.NotContains(t, failed, "tier")
 }

@@ -13,10 +13,10 @@
 //	llmrate.decisions        counter, {decision}: every admission decision
 //	    llmrate.result   allowed | waited | refused | shadow_refused
 //	    llmrate.bucket   the refusing bucket or gauge (Bucket.String), on refusals only
-//	    llmrate.window_ms  the refusing bucket's window in whole milliseconds (60000 for the per-minute buckets), on refusals by a rolling window or a session
+//	    llmrate.window_ms  the refusing bucket's window in whole milliseconds (60000 for the per-minute buckets), on refusals by a rolling window or a session; the first 256 distinct lengths only (a refusal by any other goes without)
 //	    llmrate.calendar   day | week | month, on refusals by a calendar window (its zone is not recorded: bounded attributes)
 //	    llmrate.session    true, on refusals by a session window
-//	    llmrate.tier     the workspace's tier (Tier.String)
+//	    llmrate.tier     the workspace's tier (Tier.String); not under WithPlans
 //	    llmrate.plan     the request's plan (DecisionEvent.Plan: the tier's name until WithPlans)
 //	    llmrate.model    the ModelLimits entry as configured (e.g. "gpt-4o*"), "" for the default buckets
 //	llmrate.wait.duration    histogram, s: the wait of each admission that waits (WithMaxWait)
@@ -147,6 +147,7 @@ type Observer struct {
 	tokenSets    sync.Map // tokenKey → []metric.AddOption
 	plans        names
 	models       names
+	windows      windowSet
 
 	stores storeSet // the stores whose counters the observable instruments read
 }
@@ -204,6 +205,40 @@ func (c *names) bound(s string) string {
 	return s
 }
 
+// windowSet keeps the distinct window lengths recorded as llmrate.window_ms,
+// at most maxNames of them: a resolver may answer figures per workspace.
+type windowSet struct {
+	mu   sync.RWMutex
+	seen map[int64]struct{}
+}
+
+// bound returns ms if it is one of the lengths kept (kept now, when there
+// is room), else 0: the refusal is recorded without llmrate.window_ms.
+func (c *windowSet) bound(ms int64) int64 {
+	if ms <= 0 {
+		return 0
+	}
+	c.mu.RLock()
+	_, ok := c.seen[ms]
+	c.mu.RUnlock()
+	if ok {
+		return ms
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.seen[ms]; ok {
+		return ms
+	}
+	if len(c.seen) >= maxNames {
+		return 0
+	}
+	if c.seen == nil {
+		c.seen = make(map[int64]struct{})
+	}
+	c.seen[ms] = struct{}{}
+	return ms
+}
+
 var _ llmrate.Observer = (*Observer)(nil)
 
 // Histogram boundaries: a wait is at most llmrate.MaxMaxWait (60 s); a
@@ -258,6 +293,11 @@ func New(opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
+// tiered reports whether a decision's plan is a tier (no WithPlans: the
+// plan is the tier's name), when llmrate.tier is recorded. Under
+// WithPlans the event's Tier means nothing, and llmrate.tier is left out.
+func tiered(plan string, t llmrate.Tier) bool { return plan == "" || plan == t.String() }
+
 // decisionKey is what a decision's attributes are made of.
 type decisionKey struct {
 	result string
@@ -266,13 +306,14 @@ type decisionKey struct {
 	cal    llmrate.Calendar
 	sess   bool
 	tier   llmrate.Tier
+	tiered bool   // the plan is a tier: llmrate.tier is recorded
 	plan   string // bounded (names)
 	model  string // bounded (names)
 }
 
 // keyOf reads a decision's attributes from its event.
 func (o *Observer) keyOf(e llmrate.DecisionEvent) decisionKey {
-	k := decisionKey{tier: e.Tier, plan: o.plans.bound(e.Plan), model: o.models.bound(e.Model)}
+	k := decisionKey{tier: e.Tier, tiered: tiered(e.Plan, e.Tier), plan: o.plans.bound(e.Plan), model: o.models.bound(e.Model)}
 	switch {
 	case e.Allowed && e.Wait > 0:
 		k.result = "waited"
@@ -288,7 +329,7 @@ func (o *Observer) keyOf(e llmrate.DecisionEvent) decisionKey {
 		// llmrate.window_ms: the refusing bucket's window in milliseconds
 		// (0 for a gauge: no attribute). A window is whole milliseconds,
 		// so this is exact: a 1 s and a 1.5 s window are told apart.
-		k.window = e.Window.Milliseconds()
+		k.window = o.windows.bound(e.Window.Milliseconds())
 		k.cal, k.sess = e.Calendar, e.Session
 	}
 	return k
@@ -296,7 +337,10 @@ func (o *Observer) keyOf(e llmrate.DecisionEvent) decisionKey {
 
 func (k decisionKey) attributes() attribute.Set {
 	kvs := make([]attribute.KeyValue, 0, 6)
-	kvs = append(kvs, attrResult.String(k.result), attrTier.String(k.tier.String()), attrPlan.String(k.plan), attrModel.String(k.model))
+	kvs = append(kvs, attrResult.String(k.result), attrPlan.String(k.plan), attrModel.String(k.model))
+	if k.tiered {
+		kvs = append(kvs, attrTier.String(k.tier.String()))
+	}
 	if k.bucket != "" {
 		kvs = append(kvs, attrBucket.String(k.bucket))
 	}
@@ -314,9 +358,10 @@ func (k decisionKey) attributes() attribute.Set {
 
 // waitKey is what a wait's attributes are made of.
 type waitKey struct {
-	tier  llmrate.Tier
-	plan  string
-	model string
+	tier   llmrate.Tier
+	tiered bool
+	plan   string
+	model  string
 }
 
 // opKey is what a fail-open's attributes are made of.
@@ -360,8 +405,11 @@ func (o *Observer) Decided(e llmrate.DecisionEvent) {
 	k := o.keyOf(e)
 	o.decisions.Add(ctx, 1, addOptions(&o.decisionSets, k, k.attributes)...)
 	if e.Allowed && e.Wait > 0 {
-		wk := waitKey{tier: e.Tier, plan: k.plan, model: k.model}
+		wk := waitKey{tier: e.Tier, tiered: k.tiered, plan: k.plan, model: k.model}
 		o.wait.Record(ctx, e.Wait.Seconds(), recordOptions(&o.waitSets, wk, func() attribute.Set {
+			if !wk.tiered {
+				return attribute.NewSet(attrPlan.String(wk.plan), attrModel.String(wk.model))
+			}
 			return attribute.NewSet(attrTier.String(wk.tier.String()), attrPlan.String(wk.plan), attrModel.String(wk.model))
 		})...)
 	}

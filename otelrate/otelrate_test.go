@@ -193,7 +193,7 @@ func TestCalendarAndSessionRefusals(t *testing.T) {
 	}, counts(t, collect(t, reader), "llmrate.decisions"))
 }
 
-// TestPlanAndModelNamesCapped: a plan resolver may answer per workspace,
+// TestPlanAndModelNamesCapped (plans, so no llmrate.tier): a plan resolver may answer per workspace,
 // so an Observer records the first 256 distinct plan names, and the first
 // 256 distinct model entry names, as they are, and any other as "_other";
 // a name kept stays its own after the cap is reached, on every
@@ -212,10 +212,10 @@ func TestPlanAndModelNamesCapped(t *testing.T) {
 
 	want := map[string]int64{}
 	for i := range 256 {
-		want[fmt.Sprintf("llmrate.model=model-%d,llmrate.plan=plan-%d,llmrate.result=allowed,llmrate.tier=free", i, i)] = 1
+		want[fmt.Sprintf("llmrate.model=model-%d,llmrate.plan=plan-%d,llmrate.result=allowed", i, i)] = 1
 	}
-	want["llmrate.model=model-7,llmrate.plan=plan-7,llmrate.result=allowed,llmrate.tier=free"] = 2
-	want["llmrate.model=_other,llmrate.plan=_other,llmrate.result=allowed,llmrate.tier=free"] = 300 - 256
+	want["llmrate.model=model-7,llmrate.plan=plan-7,llmrate.result=allowed"] = 2
+	want["llmrate.model=_other,llmrate.plan=_other,llmrate.result=allowed"] = 300 - 256
 	rm := collect(t, reader)
 	assert.Equal(t, want, counts(t, rm, "llmrate.decisions"))
 	assert.Equal(t, map[string]int64{
@@ -414,4 +414,31 @@ func TestMeasurementsAllocs(t *testing.T) {
 		ev()
 		assert.Zero(t, testing.AllocsPerRun(100, ev), "event %d", i)
 	}
+}
+
+// TestNoTierUnderPlans: under plans (the event's plan is not its tier's
+// name) llmrate.tier is not recorded: the event's Tier means nothing there.
+func TestNoTierUnderPlans(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Free, Plan: "pro"})
+	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Growth, Plan: "growth"})
+	assert.Equal(t, map[string]int64{
+		"llmrate.model=,llmrate.plan=pro,llmrate.result=allowed":                        1,
+		"llmrate.model=,llmrate.plan=growth,llmrate.result=allowed,llmrate.tier=growth": 1,
+	}, counts(t, collect(t, reader), "llmrate.decisions"))
+}
+
+// TestWindowLengthsCapped: a resolver may answer windows per workspace, so
+// the distinct llmrate.window_ms values are capped at 256; past them a
+// refusal goes without the attribute.
+func TestWindowLengthsCapped(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	for i := range 1000 {
+		obs.Decided(llmrate.DecisionEvent{Refused: llmrate.KeyRequests, Window: time.Duration(i+1) * time.Second, Tier: llmrate.Free})
+	}
+	got := counts(t, collect(t, reader), "llmrate.decisions")
+	assert.Len(t, got, 257, "256 lengths and one series without")
+	assert.Equal(t, int64(1000-256), got["llmrate.bucket=key_requests,llmrate.model=,llmrate.plan=,llmrate.result=refused,llmrate.tier=free"])
 }
