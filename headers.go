@@ -178,6 +178,13 @@ func (l *Limiter) setRateLimitHeaders(h http.Header, a *admission) {
 // refusedLevel is the whole level of the refusing window's bucket, at
 // least 0.
 func refusedLevel(a *admission, w Window) int64 {
+	l, _ := refusedLevels(a, w)
+	return max(l.Level(a.d.Refused), 0)
+}
+
+// refusedLevels returns the refusing window w's levels, as the store
+// reported them.
+func refusedLevels(a *admission, w Window) (WindowLevels, bool) {
 	b := a.d.Refused
 	pk, pw := a.lentLimits()
 	kpl, wpl := a.d.planLevels()
@@ -200,10 +207,10 @@ func refusedLevel(a *admission, w Window) int64 {
 	}
 	for i, v := range lim.Windows {
 		if sameWindow(v, w) && i < len(levels) {
-			return max(levels[i].Level(b), 0)
+			return levels[i], true
 		}
 	}
-	return 0
+	return WindowLevels{}, false
 }
 
 // windowItemSuffix names a window in a policy item: its whole seconds
@@ -271,9 +278,12 @@ func itemShape(a *admission, w Window, m int, level, q int64, reset time.Time) (
 	meter := [4]string{"requests", "tokens", "input_tokens", "output_tokens"}[m]
 	switch {
 	case w.Calendar != NoCalendar:
+		// The store's clock decides the period (Redis: the server's): its
+		// end, when the store told it, names the period, not this
+		// process's clock.
 		start, end := periodOf(w, a.now)
 		if !reset.IsZero() {
-			end = reset
+			start, end = periodOf(w, reset.Add(-time.Nanosecond))
 		}
 		return meter + "-" + w.Calendar.String(), end.Sub(start), max(end.Sub(a.now), 0)
 	case w.Session:

@@ -220,6 +220,13 @@ func resetClause(a *admission, w Window, secs int64) string {
 	}
 	at := a.now.Add(time.Duration(secs) * time.Second)
 	if w.Calendar != NoCalendar && w.Zone != nil {
+		// The period's start by the store's clock (Redis: the server's),
+		// when that is what the wait is for: this process's clock may be
+		// off the store's by a few minutes; a longer wait is another
+		// bucket's.
+		if l, ok := refusedLevels(a, w); ok && !l.Reset.IsZero() && at.Sub(l.Reset).Abs() < time.Hour {
+			at = l.Reset
+		}
 		at = at.In(w.Zone)
 	} else {
 		at = at.UTC()

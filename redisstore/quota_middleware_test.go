@@ -70,3 +70,36 @@ func TestPlanDailyQuotaHoldsEveryModelThroughTheMiddleware(t *testing.T) {
 	assert.Equal(t, http.StatusOK, send("claude-3-5-sonnet").StatusCode)
 	assert.Zero(t, l.FailOpens())
 }
+
+// TestQuotaHeadersFollowTheServersPeriod: the store's clock decides the
+// period (Redis: the server's). With the gateway host 10 minutes behind
+// the server just past a UTC midnight, the IETF item's w is still the
+// day's 86,400 s and the 429 names the server's next midnight.
+func TestQuotaHeadersFollowTheServersPeriod(t *testing.T) {
+	s, server, _ := quotaStore(t, time.Date(2026, time.March, 4, 0, 5, 0, 0, time.UTC))
+	plan := llmrate.Plan{Name: "pro", Limits: llmrate.Limits{RequestsPerMinute: 1_000, TokensPerMinute: 1_000_000,
+		Windows: []llmrate.Window{{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 2}}}}
+	host := func() time.Time { return server.now().Add(-10 * time.Minute) }
+	l, err := llmrate.New(llmrate.WithStore(s), llmrate.WithClock(host), llmrate.WithStoreTimeout(10*time.Second),
+		llmrate.WithPlans(llmrate.PlanResolverFunc(func(context.Context, string) (llmrate.Plan, bool) { return plan, true }), plan),
+		llmrate.WithRateLimitHeaders(llmrate.HeadersIETF))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
+	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{}") }))
+	send := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		r.Header.Set("Authorization", "Bearer sk-skew")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	for range 2 {
+		w := send()
+		require.Equal(t, http.StatusOK, w.Code)
+		assert.Contains(t, w.Header().Get(llmrate.HeaderRateLimitPolicy), `"requests-day";q=2;w=86400`, "the server's day, not the host's")
+	}
+	w := send()
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "86100", w.Header().Get("Retry-After"), "23 h 55 min to the server's midnight")
+	assert.Contains(t, w.Body.String(), "(at 2026-03-05T00:00:00Z)", "the server's next midnight")
+}
