@@ -110,8 +110,9 @@ func windowRows(ws []Window, now time.Time) []windowRow {
 //
 // With ShowRemaining, and a store that is a Peeker (the memory store and
 // the Redis store are), the answer adds "remaining": what is left now of
-// each of the caller's buckets and windows, read in one store call that
-// debits nothing (see ShowRemaining). HEAD is answered as GET without the
+// each of the caller's default buckets and windows (its plan's, tier's or
+// override's figures; a model entry's own buckets are not listed), read in
+// one store call that debits nothing (see ShowRemaining). HEAD is answered as GET without the
 // body: a client may check the endpoint cheaply.
 //
 // An invalid override or plan, or a panicking tier, override or plan
