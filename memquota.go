@@ -279,19 +279,6 @@ func (st *qStage) wait(now int64) (capped, exact time.Duration, never bool) {
 	return min(w, c), w, never
 }
 
-// quotaSides is what one scope of a quota-path call spends: the entry's own
-// figures (lim, with its window sets) and, for a model entry's request,
-// the plan's lent figures (plan, with the default buckets' sets, in shard
-// psh under hash ph).
-type quotaSides struct {
-	sh, psh *memShard
-	h, ph   uint64
-	lim     *Limits
-	plan    *Limits // nil: nothing lent
-	ws, pws *winSet
-	qs, pqs *quotaSet
-}
-
 // shardSet is the shards one quota-path call holds locked.
 type shardSet struct {
 	held [4]*memShard
