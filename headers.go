@@ -261,7 +261,7 @@ func windowItems(a *admission) []windowItem {
 					}
 					level, reset := q, time.Time{}
 					if i < len(st.levels) {
-						level, reset = st.levels[i].Level(b), st.levels[i].Reset
+						level, reset = st.levels[i].Level(b), st.levels[i].ResetAt()
 					}
 					it := windowItem{id: Window{Per: w.Per, Calendar: w.Calendar, Zone: w.Zone, Session: w.Session}, lent: st.lent, q: q, level: level}
 					it.name, it.w, it.t = itemShape(a, w, m, level, q, reset)

@@ -345,7 +345,7 @@ func (l *Limiter) remaining(r *http.Request, a *admission) ([]remainingRow, erro
 				if i < len(levels) {
 					lv = levels[i]
 				}
-				rows = append(rows, windowRemaining(name, meters[m], w, lv.Level(b), q, lv.Reset, now))
+				rows = append(rows, windowRemaining(name, meters[m], w, lv.Level(b), q, lv.ResetAt(), now))
 			}
 		}
 	}

@@ -178,17 +178,6 @@ func (q *quotaBucket) add(delta, fig int64) {
 	q.spent = min(max(q.spent+delta, 0), max(q.spent, 3*fig))
 }
 
-// reset is the end of q's period or open session (zero when none).
-func (q *quotaBucket) reset(loc *time.Location) time.Time {
-	if q.end == 0 {
-		return time.Time{}
-	}
-	if loc == nil {
-		loc = time.UTC
-	}
-	return time.Unix(0, q.end).In(loc)
-}
-
 // settle records when no bucket of qs holds anything any more.
 func (qs *quotaSet) settle() {
 	if qs == nil {
@@ -631,7 +620,7 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 		}
 		st.levels.set(st.bucket, st.have())
 		if st.q != nil {
-			st.levels.Reset = st.q.reset(st.w.Zone)
+			st.levels.Reset = st.q.end
 		}
 	}
 	if r.Solo {
@@ -990,7 +979,7 @@ func (s *MemoryStore) peekWindows(sh *memShard, h uint64, windows []Window, scop
 				if q.session && q.end == 0 {
 					break
 				}
-				out[i].Reset = q.reset(w.Zone)
+				out[i].Reset = q.end
 			case ws != nil:
 				for _, wb := range ws.b {
 					if wb.meter == uint8(m) && wb.per == int64(w.Per) {
@@ -1060,7 +1049,7 @@ func (s *MemoryStore) followQuotas(r *AdmitRequest, d *Decision) {
 				}
 				q := qs.find(uint8(m), w)
 				s.at(q, w, qs.last)
-				s.follow(q, w, max(f-sd.levels[i].Level(b), 0), sd.levels[i].Reset)
+				s.follow(q, w, max(f-sd.levels[i].Level(b), 0), sd.levels[i].ResetAt())
 			}
 		}
 		qs.settle()

@@ -205,15 +205,15 @@ func runQuotaModel(t *testing.T, rng *rand.Rand, ref *refPeriods, zone *time.Loc
 				}
 			}
 			want := []llmrate.WindowLevels{
-				{Requests: reqFig - calR.spent, Tokens: tokFig - calT.spent, Reset: time.Unix(0, calR.end)},
+				{Requests: reqFig - calR.spent, Tokens: tokFig - calT.spent, Reset: calR.end},
 				{Requests: sessReq - sesR.spent, Tokens: sessTok - sesT.spent},
 			}
 			if sesR.end != 0 {
-				want[1].Reset = time.Unix(0, sesR.end)
+				want[1].Reset = sesR.end
 			}
 			for i, w := range want {
 				got := d.KeyWindows[i]
-				if got.Requests != w.Requests || got.Tokens != w.Tokens || !got.Reset.Equal(w.Reset) {
+				if got.Requests != w.Requests || got.Tokens != w.Tokens || got.Reset != w.Reset {
 					t.Fatalf("%s: window %d levels %+v, reference %+v", where, i, got, w)
 				}
 			}

@@ -240,7 +240,7 @@ func TestLateReconcileAcrossAPeriodBoundary(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 			assert.Equal(t, int64(70), d.KeyWindows[0].Tokens)
-			assert.Equal(t, time.Date(2026, 12, 8, 0, 0, 0, 0, time.UTC), d.KeyWindows[0].Reset.UTC())
+			assert.Equal(t, time.Date(2026, 12, 8, 0, 0, 0, 0, time.UTC), d.KeyWindows[0].ResetAt())
 			require.NoError(t, s.Reconcile(context.Background(), llmrate.ReconcileRequest{Key: "k", Workspace: "k", KeyLimits: lim, WorkspaceLimits: lim,
 				Estimate: 30, Actual: c.actual, Solo: true, Now: c.at, Admitted: before}))
 			p, err := s.Peek(context.Background(), llmrate.AdmitRequest{Key: "k", Workspace: "k", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: true, Now: c.at})
@@ -271,12 +271,12 @@ func TestSessionWindowOpensAtTheFirstAdmission(t *testing.T) {
 	p, err := s.Peek(context.Background(), llmrate.AdmitRequest{Key: "k", Workspace: "w", KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Now: t0})
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), p.KeyWindows[0].Requests)
-	assert.True(t, p.KeyWindows[0].Reset.IsZero(), "a refusal opened no session")
+	assert.True(t, p.KeyWindows[0].Reset == 0, "a refusal opened no session")
 
 	open := t0.Add(time.Hour)
 	d = admit(open, 1)
 	require.True(t, d.Allowed)
-	assert.Equal(t, open.Add(5*time.Hour), d.KeyWindows[0].Reset, "the session opened at its first admission")
+	assert.Equal(t, open.Add(5*time.Hour).UnixNano(), d.KeyWindows[0].Reset, "the session opened at its first admission")
 	assert.Equal(t, int64(1), d.KeyWindows[0].Requests)
 	require.True(t, admit(open.Add(4*time.Hour), 1).Allowed)
 	d = admit(open.Add(4*time.Hour+30*time.Minute), 1)
@@ -287,7 +287,7 @@ func TestSessionWindowOpensAtTheFirstAdmission(t *testing.T) {
 	assert.Equal(t, 30*time.Minute, d.RetryAfter, "to the session's end")
 	d = admit(open.Add(5*time.Hour), 1)
 	require.True(t, d.Allowed, "full again Per after it opened")
-	assert.Equal(t, open.Add(10*time.Hour), d.KeyWindows[0].Reset, "a new session")
+	assert.Equal(t, open.Add(10*time.Hour).UnixNano(), d.KeyWindows[0].Reset, "a new session")
 }
 
 // A figure changed within a period keeps what was spent: remaining =
@@ -411,7 +411,7 @@ func TestFollowKeepsASpentQuota(t *testing.T) {
 			ws = "k"
 		}
 		r := llmrate.AdmitRequest{Key: "k", Workspace: ws, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: solo, Now: now}
-		levels := []llmrate.WindowLevels{{Tokens: 0, Reset: monthEnd}, {Requests: 4, Reset: sessionEnd}}
+		levels := []llmrate.WindowLevels{{Tokens: 0, Reset: monthEnd.UnixNano()}, {Requests: 4, Reset: sessionEnd.UnixNano()}}
 		s.Follow(r, llmrate.Decision{Allowed: true, Remaining: [4]int64{1999, 1999999, 1999, 1999999}, KeyWindows: levels, WorkspaceWindows: levels})
 		d, err := s.Admit(context.Background(), r)
 		require.NoError(t, err)
@@ -424,7 +424,7 @@ func TestFollowKeepsASpentQuota(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 		assert.Equal(t, int64(3), d.KeyWindows[0].Requests, "solo %v: the session the shared store opened, 4 left, less this one", solo)
-		assert.True(t, sessionEnd.Equal(d.KeyWindows[0].Reset), "solo %v: its end", solo)
+		assert.True(t, sessionEnd.Equal(d.KeyWindows[0].ResetAt()), "solo %v: its end", solo)
 	}
 }
 

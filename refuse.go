@@ -224,8 +224,8 @@ func resetClause(a *admission, w Window, secs int64) string {
 		// when that is what the wait is for: this process's clock may be
 		// off the store's by a few minutes; a longer wait is another
 		// bucket's.
-		if l, ok := refusedLevels(a, w); ok && !l.Reset.IsZero() && at.Sub(l.Reset).Abs() < time.Hour {
-			at = l.Reset
+		if l, ok := refusedLevels(a, w); ok && l.Reset != 0 && at.Sub(l.ResetAt()).Abs() < time.Hour {
+			at = l.ResetAt()
 		}
 		at = at.In(w.Zone)
 	} else {

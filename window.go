@@ -43,9 +43,19 @@ type WindowLevels struct {
 	Requests, Tokens, InputTokens, OutputTokens int64
 	// Reset is, for a calendar window, the end of the period in force (the
 	// next period's start) and, for a session window, the end of the
-	// session open now (zero when none is open); zero for a rolling window
-	// (a QuotaStore sets it).
-	Reset time.Time
+	// session open now (0 when none is open), as an instant in Unix
+	// nanoseconds (ResetAt: as a time.Time); 0 for a rolling window (a
+	// QuotaStore sets it). An integer, not a time.Time, so that levels hold
+	// no pointer: every windowed decision allocates them.
+	Reset int64
+}
+
+// ResetAt returns Reset as an instant (UTC); the zero Time when Reset is 0.
+func (l WindowLevels) ResetAt() time.Time {
+	if l.Reset == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, l.Reset).UTC()
 }
 
 // Level returns the level of the meter bucket b names (of either scope).

@@ -106,7 +106,7 @@ func runQuotas(t *testing.T, f factory) {
 		retryWithin(t, d, 3*time.Hour, "to 00:00 JST, not capped at a minute")
 		if len(d.KeyWindows) == 1 {
 			equal(t, int64(0), d.KeyWindows[0].Requests, "the day's level")
-			sameInstant(t, time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC), d.KeyWindows[0].Reset, "WindowLevels.Reset: the period's end")
+			sameInstant(t, time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC), d.KeyWindows[0].ResetAt(), "WindowLevels.Reset: the period's end")
 		} else {
 			t.Errorf("KeyWindows %v, want one window's levels", d.KeyWindows)
 		}
@@ -131,7 +131,7 @@ func runQuotas(t *testing.T, f factory) {
 		d = q.admit(r)
 		mustEqual(t, true, d.Allowed, "the session's one request: the refusal opened none")
 		if len(d.KeyWindows) == 2 {
-			sameInstant(t, opened.Add(time.Hour), d.KeyWindows[0].Reset, "the session ends Per after its first admission")
+			sameInstant(t, opened.Add(time.Hour), d.KeyWindows[0].ResetAt(), "the session ends Per after its first admission")
 		} else {
 			t.Errorf("KeyWindows %v, want two windows' levels", d.KeyWindows)
 		}

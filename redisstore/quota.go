@@ -483,7 +483,7 @@ func quotaLevels(r *llmrate.AdmitRequest, bs []wbucket, lv []int64) (kw, ww, kpw
 		// A window's meters share a calendar period; a session's meters
 		// may have opened apart (a late debit opens one meter's): the
 		// latest end of those open.
-		if at := time.UnixMicro(reset); reset > 0 && at.After(dst[b.index].Reset) {
+		if at := reset * 1000; reset > 0 && at > dst[b.index].Reset {
 			dst[b.index].Reset = at
 		}
 	}

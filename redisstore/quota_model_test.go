@@ -61,7 +61,7 @@ func sessionResets(r llmrate.AdmitRequest, ds ...*llmrate.Decision) {
 			{windowsOf(r.KeyPlan), planWindows(d, 0)}, {windowsOf(r.WorkspacePlan), planWindows(d, 1)}} {
 			for i := range p.ls {
 				if i < len(p.ws) && p.ws[i].Session {
-					p.ls[i].Reset = time.Time{}
+					p.ls[i].Reset = 0
 				}
 			}
 		}

@@ -96,7 +96,7 @@ func TestCalendarMonthFullAgainAtTheFirstInItsZone(t *testing.T) {
 	for i := range 3 {
 		d := admit(t, s, r)
 		require.True(t, d.Allowed, "admission %d", i)
-		require.Equal(t, []llmrate.WindowLevels{{Requests: int64(2 - i), Reset: first.UTC()}}, normalize(d.KeyWindows))
+		require.Equal(t, []llmrate.WindowLevels{{Requests: int64(2 - i), Reset: first.UnixNano()}}, normalize(d.KeyWindows))
 		assert.True(t, redisstore.ReceiptInstant(d.Receipt).Equal(start), "the receipt holds the store's clock: %q", d.Receipt)
 	}
 	clk.add(10 * 24 * time.Hour) // nothing refills within the month
@@ -117,7 +117,7 @@ func TestCalendarMonthFullAgainAtTheFirstInItsZone(t *testing.T) {
 	d = admit(t, s, r)
 	require.True(t, d.Allowed, "at the 1st 00:00 in Berlin")
 	march := time.Date(2026, time.March, 1, 0, 0, 0, 0, berlin)
-	assert.Equal(t, []llmrate.WindowLevels{{Requests: 2, Reset: march.UTC()}}, normalize(d.KeyWindows))
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 2, Reset: march.UnixNano()}}, normalize(d.KeyWindows))
 
 	// A request above the figure never fits.
 	big := llmrate.Window{Calendar: llmrate.CalendarMonth, Zone: berlin, Tokens: 100}
@@ -127,16 +127,10 @@ func TestCalendarMonthFullAgainAtTheFirstInItsZone(t *testing.T) {
 	assert.Equal(t, llmrate.WorkspaceTokens, d.Refused)
 }
 
-// normalize puts every Reset in UTC, so that instants compare by value.
+// normalize copies ls (Reset is an integer instant: levels compare by
+// value as they are).
 func normalize(ls []llmrate.WindowLevels) []llmrate.WindowLevels {
-	out := make([]llmrate.WindowLevels, len(ls))
-	for i, l := range ls {
-		out[i] = l
-		if !l.Reset.IsZero() {
-			out[i].Reset = l.Reset.UTC()
-		}
-	}
-	return out
+	return append([]llmrate.WindowLevels(nil), ls...)
 }
 
 // TestSessionWindowOpensAtTheFirstAdmission: a 5 h session of 2 requests
@@ -167,7 +161,7 @@ func TestSessionWindowOpensAtTheFirstAdmission(t *testing.T) {
 	opened := clk.now()
 	d = admit(t, s, r)
 	require.True(t, d.Allowed)
-	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: opened.Add(5 * time.Hour).UTC()}}, normalize(d.KeyWindows))
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: opened.Add(5 * time.Hour).UnixNano()}}, normalize(d.KeyWindows))
 	clk.add(time.Hour)
 	require.True(t, admit(t, s, r).Allowed)
 	clk.add(time.Hour) // nothing refills within
@@ -183,7 +177,7 @@ func TestSessionWindowOpensAtTheFirstAdmission(t *testing.T) {
 	clk.t = opened.Add(5 * time.Hour)
 	d = admit(t, s, r)
 	require.True(t, d.Allowed, "full again at the session's end; a new one opens")
-	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: opened.Add(10 * time.Hour).UTC()}}, normalize(d.KeyWindows))
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: opened.Add(10 * time.Hour).UnixNano()}}, normalize(d.KeyWindows))
 }
 
 // TestLentPlanQuotaHoldsEveryModel is issue 42's repro on the store: a
@@ -215,7 +209,7 @@ func TestLentPlanQuotaHoldsEveryModel(t *testing.T) {
 	assert.Equal(t, "Asia/Tokyo", d.Zone)
 	// 09:00 UTC is 18:00 in Tokyo: 6 h to its midnight.
 	assert.Equal(t, 6*time.Hour, d.RetryAfter)
-	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 400, Reset: time.Date(2026, time.March, 4, 0, 0, 0, 0, tokyo).UTC()}}, normalize(d.Plan.KeyWindows))
+	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 400, Reset: time.Date(2026, time.March, 4, 0, 0, 0, 0, tokyo).UnixNano()}}, normalize(d.Plan.KeyWindows))
 	assert.Equal(t, []llmrate.WindowLevels{{InputTokens: 100_000}}, d.KeyWindows, "the entry's own window, untouched")
 
 	claude.Tokens, claude.InputTokens = 400, 400
@@ -326,7 +320,7 @@ func TestLateReconcileOpensASession(t *testing.T) {
 	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 100}}, peek(t, s, r).KeyWindows, "a late credit opens nothing")
 	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: roomy,
 		Estimate: 10, Actual: 40, Receipt: d.Receipt}))
-	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 70, Reset: clk.now().Add(time.Hour).UTC()}}, normalize(peek(t, s, r).KeyWindows))
+	assert.Equal(t, []llmrate.WindowLevels{{Tokens: 70, Reset: clk.now().Add(time.Hour).UnixNano()}}, normalize(peek(t, s, r).KeyWindows))
 }
 
 // TestTwoProcessesOnSkewedClocksCountOnePeriod: two stores (two gateway
@@ -367,7 +361,7 @@ func TestPeekDebitsNothing(t *testing.T) {
 	assert.Zero(t, keyCount(t, c))
 	// 25 October 2026 is Berlin's 25 h day: it ends at 23:00 UTC.
 	end := time.Date(2026, time.October, 25, 23, 0, 0, 0, time.UTC)
-	assert.Equal(t, []llmrate.WindowLevels{{Requests: 5, Tokens: 50, Reset: end}, {Requests: 3}}, normalize(before.KeyWindows))
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 5, Tokens: 50, Reset: end.UnixNano()}, {Requests: 3}}, normalize(before.KeyWindows))
 	assert.Equal(t, [4]int64{2_000_000, 2 * llmrate.MaxPerMinute, 2_000_000, 2 * llmrate.MaxPerMinute}, before.Remaining)
 	d := admit(t, s, r)
 	require.True(t, d.Allowed)
@@ -473,11 +467,11 @@ func TestLateDebitOpensTheSessionForEveryMeter(t *testing.T) {
 	require.NoError(t, s.Reconcile(ctx, llmrate.ReconcileRequest{Key: r.Key, Workspace: r.Workspace, KeyLimits: lim, WorkspaceLimits: roomy,
 		Estimate: 10, Actual: 40, Receipt: d.Receipt}))
 	end := opened.Add(time.Hour).UTC()
-	assert.Equal(t, []llmrate.WindowLevels{{Requests: 5, Tokens: 70, Reset: end}}, normalize(peek(t, s, r).KeyWindows))
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 5, Tokens: 70, Reset: end.UnixNano()}}, normalize(peek(t, s, r).KeyWindows))
 	clk.add(30 * time.Minute)
 	d = admit(t, s, r)
 	require.True(t, d.Allowed)
-	assert.Equal(t, []llmrate.WindowLevels{{Requests: 4, Tokens: 60, Reset: end}}, normalize(d.KeyWindows), "the session the late debit opened")
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 4, Tokens: 60, Reset: end.UnixNano()}}, normalize(d.KeyWindows), "the session the late debit opened")
 	clk.t = end.Add(-time.Microsecond)
 	r.Tokens = 61
 	d = admit(t, s, r)
@@ -548,12 +542,12 @@ func TestCalendarPeriodMovesOnlyPastItsRecordedEnd(t *testing.T) {
 	d := admit(t, s, r)
 	require.True(t, d.Allowed, "2 November")
 	next := midnight.Add(24 * time.Hour).UTC()
-	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: next}}, normalize(d.KeyWindows))
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: next.UnixNano()}}, normalize(d.KeyWindows))
 	clk.t = midnight.Add(-500 * time.Millisecond) // the clock steps back over the boundary
-	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: next}}, normalize(peek(t, s, r).KeyWindows), "the recorded period holds")
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 1, Reset: next.UnixNano()}}, normalize(peek(t, s, r).KeyWindows), "the recorded period holds")
 	d = admit(t, s, r)
 	require.True(t, d.Allowed)
-	assert.Equal(t, []llmrate.WindowLevels{{Requests: 0, Reset: next}}, normalize(d.KeyWindows), "spent in 2 November's period, not a reopened 1st")
+	assert.Equal(t, []llmrate.WindowLevels{{Requests: 0, Reset: next.UnixNano()}}, normalize(d.KeyWindows), "spent in 2 November's period, not a reopened 1st")
 	clk.t = midnight.Add(2 * time.Second)
 	assert.False(t, admit(t, s, r).Allowed, "2 November counted once")
 }
