@@ -101,7 +101,9 @@ func windowRows(ws []Window, now time.Time) []windowRow {
 // absent where there are none and where the figures are null. A calendar
 // window's row has no "seconds" but "calendar" ("day", "week", "month"),
 // "zone" (the location's name) and "resetsAt" (the next period's start,
-// RFC 3339 in the zone's offset); a session window's adds "session":true.
+// RFC 3339 in the zone's offset); a session window's adds "session":true,
+// and with ShowRemaining "resetsAt" (the open session's end) while one is
+// open.
 //
 // Under WithPlans the row is the caller's plan's: "plan" (its name) in
 // place of "tier", its figures, gauge, windows and "models". A per-minute
@@ -144,7 +146,7 @@ func (l *Limiter) LimitsHandler(opts ...LimitsOption) http.Handler {
 		}
 		body, err := l.limitsRow(r, &a)
 		if err == nil && lc.remaining && body.Note == "" {
-			body.Remaining, err = l.remaining(r, &a)
+			body.Remaining, err = l.remaining(r, &a, body.Windows)
 		}
 		if err != nil {
 			l.failOpen(&a, "limits", err)
@@ -293,7 +295,9 @@ type remainingRow struct {
 }
 
 // remaining reads the caller's levels from a Peeker (nil rows without one).
-func (l *Limiter) remaining(r *http.Request, a *admission) ([]remainingRow, error) {
+// The workspace's session windows among rows (the row's windows, as the
+// workspace's figures list them) gain "resetsAt" while a session is open.
+func (l *Limiter) remaining(r *http.Request, a *admission, windows []windowRow) ([]remainingRow, error) {
 	p, ok := l.cfg.store.(Peeker)
 	if !ok {
 		return nil, nil
@@ -308,6 +312,11 @@ func (l *Limiter) remaining(r *http.Request, a *admission) ([]remainingRow, erro
 	d, err := p.Peek(ctx, req)
 	if err != nil {
 		return nil, &StoreError{Op: "peek", Err: err}
+	}
+	for i, w := range a.wl.Windows {
+		if w.Session && i < len(windows) && i < len(d.WorkspaceWindows) && d.WorkspaceWindows[i].Reset != 0 {
+			windows[i].ResetsAt = d.WorkspaceWindows[i].ResetAt().Format(time.RFC3339)
+		}
 	}
 	var rows []remainingRow
 	meters := [4]string{"requests", "tokens", "input_tokens", "output_tokens"}

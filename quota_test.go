@@ -385,6 +385,16 @@ func TestLimitsEndpointShowsWhatIsLeft(t *testing.T) {
 		{"scope":"key","meter":"tokens","calendar":"month","zone":"Europe/Berlin","remaining":4900,"fullAt":"2026-12-01T00:00:00+01:00"},
 		{"scope":"key","meter":"requests","window":"5h0m0s","session":true,"remaining":2,"fullAt":"2026-11-29T18:00:00Z"}]`),
 		remainingOf(t, h.lim, "sk-a"), "the session opened at the admission (13:00Z), not at the first read")
+	// The session window's row says when the open session ends.
+	r := httptest.NewRequest(http.MethodGet, "/limits", nil)
+	r.Header.Set("Authorization", "Bearer sk-a")
+	w := httptest.NewRecorder()
+	h.lim.LimitsHandler(llmrate.ShowRemaining()).ServeHTTP(w, r)
+	windows := jsonMap(t, w.Body.String())["windows"].([]any)
+	assert.Equal(t, jsonAny(t, `{"seconds":18000,"session":true,"requests":3,"resetsAt":"2026-11-29T18:00:00Z"}`), windows[1])
+	w = httptest.NewRecorder()
+	h.lim.LimitsHandler().ServeHTTP(w, r)
+	assert.Equal(t, jsonAny(t, `{"seconds":18000,"session":true,"requests":3}`), jsonMap(t, w.Body.String())["windows"].([]any)[1], "without ShowRemaining: no store read")
 }
 
 func jsonAny(t *testing.T, s string) any {
