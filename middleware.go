@@ -362,7 +362,7 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		a.d.Window = time.Minute
 	}
 	if o := c.observer; o != nil {
-		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Calendar: a.d.Calendar, Zone: a.d.Zone, Session: a.d.Session, Lent: a.d.Lent, Tier: a.tier, Plan: a.plan, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow, Class: a.class}
+		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Calendar: a.d.Calendar, Zone: a.d.Zone, Session: a.d.Session, Lent: a.d.Lent, Tier: a.tier, Plan: a.plan, Named: a.named, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow, Class: a.class}
 		if a.d.Allowed {
 			ev.Wait = a.d.Wait
 		}
@@ -430,7 +430,7 @@ func (l *Limiter) finish(t *tracker, r *http.Request, panicked bool) {
 	res := t.scanned()
 	cut := panicked || t.writeErr || t.hijacked || r.Context().Err() != nil || res.Cut()
 	actual, charged := l.charge(a, res, cut)
-	ev := ReconcileEvent{Tier: a.tier, Plan: a.plan, Estimate: a.est, Actual: actual, Cut: cut, GeneratedBytes: res.GeneratedBytes,
+	ev := ReconcileEvent{Tier: a.tier, Plan: a.plan, Named: a.named, Estimate: a.est, Actual: actual, Cut: cut, GeneratedBytes: res.GeneratedBytes,
 		Undecoded: res.DecodeErr, Exception: res.Exception}
 	if ev.Undecoded != nil {
 		l.undecoded.Add(1)
@@ -489,6 +489,6 @@ func (l *Limiter) finishBusy(t *tracker) {
 		l.reconcile(context.Background(), a, &req)
 	}
 	if o := l.cfg.observer; o != nil {
-		o.Reconciled(ReconcileEvent{Kind: ReconcileEstimated, Tier: a.tier, Plan: a.plan, Estimate: a.est, Actual: a.est, Cut: true})
+		o.Reconciled(ReconcileEvent{Kind: ReconcileEstimated, Tier: a.tier, Plan: a.plan, Named: a.named, Estimate: a.est, Actual: a.est, Cut: true})
 	}
 }

@@ -46,6 +46,9 @@ type DecisionEvent struct {
 	// Plan is the name of the plan the request was held to: the plan's
 	// Name under WithPlans, else the tier's name ("free").
 	Plan string
+	// Named is true under WithPlans: Plan is the operator's plan, and Tier
+	// (Free) means nothing.
+	Named bool
 	// Model is the ModelLimits entry whose buckets the request spent, as
 	// configured (e.g. "gpt-4o*"); "" for the default buckets.
 	Model      string
@@ -100,6 +103,7 @@ type ReconcileEvent struct {
 	Kind     ReconcileKind
 	Tier     Tier
 	Plan     string // as DecisionEvent.Plan
+	Named    bool   // as DecisionEvent.Named
 	Estimate int64  // debited at admission
 	Actual   int64  // the charge that replaced it (before bucket bounds)
 	Reported Usage  // zero unless Kind is ReconcileUsage or ReconcilePartial

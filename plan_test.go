@@ -43,6 +43,7 @@ func TestPlanNameInRefusalEventAndLimits(t *testing.T) {
 	last := obs.decisions[len(obs.decisions)-1]
 	obs.mu.Unlock()
 	assert.Equal(t, "pro", last.Plan)
+	assert.True(t, last.Named, "under WithPlans")
 
 	w = h.send("sk-unknown", 0)
 	require.Equal(t, http.StatusOK, w.Code)
@@ -63,6 +64,7 @@ func TestTierNameIsThePlanWithoutPlans(t *testing.T) {
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	assert.Equal(t, "free", obs.decisions[0].Plan)
+	assert.False(t, obs.decisions[0].Named, "a tier, not WithPlans'")
 	assert.Equal(t, llmrate.Free, obs.decisions[0].Tier)
 }
 

@@ -293,11 +293,6 @@ func New(opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-// tiered reports whether a decision's plan is a tier (no WithPlans: the
-// plan is the tier's name), when llmrate.tier is recorded. Under
-// WithPlans the event's Tier means nothing, and llmrate.tier is left out.
-func tiered(plan string, t llmrate.Tier) bool { return plan == "" || plan == t.String() }
-
 // decisionKey is what a decision's attributes are made of.
 type decisionKey struct {
 	result string
@@ -313,7 +308,7 @@ type decisionKey struct {
 
 // keyOf reads a decision's attributes from its event.
 func (o *Observer) keyOf(e llmrate.DecisionEvent) decisionKey {
-	k := decisionKey{tier: e.Tier, tiered: tiered(e.Plan, e.Tier), plan: o.plans.bound(e.Plan), model: o.models.bound(e.Model)}
+	k := decisionKey{tier: e.Tier, tiered: !e.Named, plan: o.plans.bound(e.Plan), model: o.models.bound(e.Model)}
 	switch {
 	case e.Allowed && e.Wait > 0:
 		k.result = "waited"

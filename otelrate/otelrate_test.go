@@ -202,9 +202,9 @@ func TestPlanAndModelNamesCapped(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t)
 	for i := range 300 {
-		obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Free, Plan: fmt.Sprintf("plan-%d", i), Model: fmt.Sprintf("model-%d", i)})
+		obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Free, Plan: fmt.Sprintf("plan-%d", i), Named: true, Model: fmt.Sprintf("model-%d", i)})
 	}
-	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Free, Plan: "plan-7", Model: "model-7"})
+	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Free, Plan: "plan-7", Named: true, Model: "model-7"})
 	obs.Reconciled(llmrate.ReconcileEvent{Kind: llmrate.ReconcileEstimated, Plan: "plan-7", Estimate: 5, Actual: 5})
 	obs.Reconciled(llmrate.ReconcileEvent{Kind: llmrate.ReconcileEstimated, Plan: "plan-new", Estimate: 3, Actual: 3})
 	obs.FailedOpen(llmrate.FailOpenEvent{Op: "admit", Plan: "plan-255"})
@@ -416,15 +416,18 @@ func TestMeasurementsAllocs(t *testing.T) {
 	}
 }
 
-// TestNoTierUnderPlans: under plans (the event's plan is not its tier's
-// name) llmrate.tier is not recorded: the event's Tier means nothing there.
+// TestNoTierUnderPlans: under plans (DecisionEvent.Named) llmrate.tier is
+// not recorded, whatever the plan's name: the event's Tier means nothing
+// there.
 func TestNoTierUnderPlans(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t)
-	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Free, Plan: "pro"})
+	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Free, Plan: "pro", Named: true})
+	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Free, Plan: "free", Named: true})
 	obs.Decided(llmrate.DecisionEvent{Allowed: true, Tier: llmrate.Growth, Plan: "growth"})
 	assert.Equal(t, map[string]int64{
 		"llmrate.model=,llmrate.plan=pro,llmrate.result=allowed":                        1,
+		"llmrate.model=,llmrate.plan=free,llmrate.result=allowed":                       1,
 		"llmrate.model=,llmrate.plan=growth,llmrate.result=allowed,llmrate.tier=growth": 1,
 	}, counts(t, collect(t, reader), "llmrate.decisions"))
 }
