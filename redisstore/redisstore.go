@@ -202,9 +202,12 @@
 // about 60), and a reconcile's ID one for 30 s, so that a call whose reply
 // was lost can be sent again: the store resends it itself, on another
 // connection, when its connection closes or resets within the deadline
-// (Resends counts these), and go-redis may too (MaxRetries). A repeated
-// admission is answered with its first decision and debits nothing again;
-// a repeated reconcile is not applied again.
+// (Resends counts these). go-redis never sends a script call of the
+// store again itself, whatever the client's MaxRetries: its retries wait
+// out a backoff the call's hedges need, and would run a call without an
+// identity twice. A repeated admission is answered with its first
+// decision and debits nothing again; a repeated reconcile is not applied
+// again.
 //
 // A reply lost on a connection that stays open (a dead link, a stalled
 // peer: nothing closes or resets, so nothing tells go-redis) is hedged: a
@@ -367,6 +370,7 @@ const MinHashKeyLen = 16
 // Store is an llmrate.Store on Redis. It is safe for concurrent use.
 type Store struct {
 	c        redis.UniversalClient
+	once     onceScripter // c, each script call sent once (once.go)
 	prefix   string
 	hashKey  []byte
 	clock    func() time.Time
@@ -577,7 +581,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err := c.check(client); err != nil {
 		return nil, err
 	}
-	s := &Store{c: client, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback, log: c.logger}
+	s := &Store{c: client, once: onceScripter{client}, prefix: c.prefix, hashKey: c.hashKey, clock: c.clock, timeout: c.timeout, retry: c.retry, fallback: c.fallback, log: c.logger}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -941,7 +945,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 // does not (on a goroutine of its own, at most maxGuarded at a time).
 func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
 	if s.direct {
-		return script.Run(ctx, s.c, keys, args...).Result()
+		return script.Run(ctx, s.once, keys, args...).Result()
 	}
 	select {
 	case s.slots <- struct{}{}:
@@ -955,7 +959,7 @@ func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, a
 	ch := make(chan result, 1)
 	go func() {
 		defer func() { <-s.slots }()
-		v, err := script.Run(ctx, s.c, keys, args...).Result()
+		v, err := script.Run(ctx, s.once, keys, args...).Result()
 		ch <- result{v, err}
 	}()
 	select {

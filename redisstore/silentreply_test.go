@@ -2,7 +2,10 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"regexp"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -427,4 +430,113 @@ func TestAttemptsEndWhenTheCallReturns(t *testing.T) {
 			t.Fatalf("attempt %d's context not done 300 ms after its call returned (its deadline: the call's, 3 s from its start, plus WithTimeout)", i)
 		}
 	}
+}
+
+// TestSilentReplyOnARetryingClient: the same silent reply on a client
+// with go-redis's default MaxRetries (3), after the store learned its
+// hedge delay (so the first attempt waits inline), with no fallback. The
+// call is decided by Redis all the same: go-redis does not retry the
+// timed-out attempt itself, sleeping its backoff (here longer than the
+// call has) while the hedge waits; the store sends it again with its
+// identity. Before, the call failed at its deadline: every silent reply
+// on such a client was a fail-open under the limiter.
+func TestSilentReplyOnARetryingClient(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redisrig.Proxy(t, srv.Addr, 1)
+	c := redisrig.NewClient(t, &redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true,
+		MinRetryBackoff: time.Second, MaxRetryBackoff: 2 * time.Second}) // MaxRetries: go-redis's default
+	prefix := redisrig.Prefix()
+	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(400*time.Millisecond))
+	ctx := context.Background()
+	for range 2100 { // the delay learned: first attempts inline
+		_, err := s.Admit(ctx, soloReq("sk-learn", 0))
+		require.NoError(t, err)
+	}
+	hedges := s.Hedges()
+	p.SilenceNext(1)
+	t0 := time.Now()
+	d, err := s.Admit(ctx, soloReq("sk-retrying", 100))
+	took := time.Since(t0)
+	require.NoError(t, err, "decided within WithTimeout, not failed at its end")
+	require.True(t, d.Allowed)
+	assert.Less(t, took, 400*time.Millisecond)
+	assert.Equal(t, int64(1), p.Stats().Silenced)
+	assert.Greater(t, s.Hedges(), hedges, "the store sent it again, not go-redis")
+	d, err = probeStore(t, c, prefix).Admit(ctx, soloReq("sk-retrying", 100))
+	require.NoError(t, err)
+	assert.Equal(t, int64(2000-2), d.Remaining[llmrate.WorkspaceRequests], "debited once")
+}
+
+// TestInlineAttemptDoesNotWaitOutAHungDial: a first attempt made inline
+// finds no idle connection, and the connection go-redis dials for it
+// hangs (a SYN into a blackhole, a handshake lost). go-redis waits for a
+// dial until the attempt's context is done, whatever its deadline: the
+// attempt's context ends at its wait (half the call's time here), and the
+// call is sent again on a goroutine, on a connection dialed anew. Before,
+// the inline attempt waited out the whole call, and it failed.
+func TestInlineAttemptDoesNotWaitOutAHungDial(t *testing.T) {
+	srv := redistest.Start(t)
+	var hang atomic.Bool
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var nd net.Dialer
+	c := redisrig.NewClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 4,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if hang.CompareAndSwap(true, false) {
+				<-release
+				return nil, errors.New("the hung dial, released")
+			}
+			return nd.DialContext(ctx, network, addr)
+		}})
+	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(400*time.Millisecond))
+	ctx := context.Background()
+	for range 2100 { // the delay learned: first attempts inline
+		_, err := s.Admit(ctx, soloReq("sk-learn", 0))
+		require.NoError(t, err)
+	}
+	require.Equal(t, uint32(1), c.PoolStats().TotalConns, "one call at a time: one connection")
+	held := make(chan struct{})
+	go func() { // holds the idle connection while the admission runs
+		defer close(held)
+		_ = c.BLPop(context.Background(), 1500*time.Millisecond, "llmrate-test-never-pushed").Err()
+	}()
+	for c.PoolStats().IdleConns != 0 {
+		runtime.Gosched()
+	}
+	hang.Store(true)
+	t0 := time.Now()
+	d, err := s.Admit(ctx, soloReq("sk-dial", 100))
+	took := time.Since(t0)
+	require.NoError(t, err, "decided on a connection dialed anew, not failed at the call's end")
+	require.True(t, d.Allowed)
+	assert.False(t, hang.Load(), "the admission's first attempt waited on the hung dial")
+	assert.Less(t, took, 400*time.Millisecond)
+	<-held
+}
+
+// TestCallWithoutIdentityNotRerunByGoRedis: an admission without an ID
+// (a caller of the store itself) whose reply is lost to a reset after
+// Redis ran it, on a client with go-redis's default MaxRetries. It fails
+// (the store cannot know whether Redis ran it) and Redis debited it once:
+// go-redis does not send it again, which, with no identity to answer a
+// repeat by, would debit it once per retry.
+func TestCallWithoutIdentityNotRerunByGoRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redisrig.Proxy(t, srv.Addr, 1)
+	c := redisrig.NewClient(t, &redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true}) // MaxRetries: go-redis's default
+	prefix := redisrig.Prefix()
+	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1))
+	ctx := context.Background()
+	r := soloReq("sk-noid", 100)
+	r.ID = ""
+	_, err := s.Admit(ctx, r) // loads the script
+	require.NoError(t, err)
+	require.NoError(t, p.Set(faultproxy.Faults{ResetReply: 1}))
+	_, err = s.Admit(ctx, r)
+	require.Error(t, err, "the reply was lost, and the call has no identity to send it again with")
+	require.NoError(t, p.Set(faultproxy.Faults{}))
+	assert.Equal(t, int64(1), p.Stats().ResetReply, "sent once")
+	d, err := probeStore(t, redisrig.Client(t, srv.Addr), prefix).Admit(ctx, soloReq("sk-noid", 100))
+	require.NoError(t, err)
+	assert.Equal(t, int64(2000-3), d.Remaining[llmrate.WorkspaceRequests], "debited once, not once per retry")
 }
