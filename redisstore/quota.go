@@ -34,9 +34,11 @@ import (
 // one period twice. The server's time may be off from this store's idea
 // of it by less than one period (a calendar day: 23 hours at least) in
 // either direction; beyond that (a host clock a day off on its very first
-// call, before any reply taught it the server's time) the admission fails
-// open with an error, counted in Skews, and the reply's time corrects the
-// next one.
+// call, before any reply taught it the server's time) the script applies
+// nothing and answers with the server's time, counted in Skews, and the
+// admission is sent once more with periods around it (with WithClock set
+// the store's periods are that clock's, and the admission fails open with
+// an error instead).
 //
 // A session window's bucket records its opening instant (server time) at
 // the first admission it admits, and is full again Per later. A calendar
@@ -89,9 +91,10 @@ type quotaState struct {
 	skews           atomic.Int64
 }
 
-// Skews returns how many quota admissions failed open, and how many
-// reconciles dropped a calendar window's charge, because the server's
-// clock was more than a calendar period from this store's idea of it.
+// Skews returns how many quota admissions were sent again (failed open,
+// with WithClock set), and how many reconciles dropped a calendar window's
+// charge, because the server's clock was more than a calendar period from
+// this store's idea of it.
 func (s *Store) Skews() int64 { return s.quota.skews.Load() }
 
 // serverNow is the server's time as this store estimates it: WithClock's
@@ -346,6 +349,18 @@ func gaugeFigures(kl, wl, kp, wp llmrate.Limits, solo bool) (kc, wc, pkc, pwc in
 // batched nor decided on a lease; with maxWait -1 it is a peek (Peek):
 // levels only, nothing written.
 func (s *Store) admitQ(ctx context.Context, r llmrate.AdmitRequest, peek bool) (llmrate.Decision, error) {
+	d, err := s.admitQOnce(ctx, r, peek)
+	if errors.Is(err, errSkew) && s.clock == nil {
+		// The skewed call applied nothing, and its reply taught the store
+		// the server's time: sent again, its periods are the server's.
+		d, err = s.admitQOnce(ctx, r, peek)
+	}
+	return d, err
+}
+
+// admitQOnce is one call of admitQ: errSkew when the server's clock was
+// more than a period from the store's idea of it (counted in Skews).
+func (s *Store) admitQOnce(ctx context.Context, r llmrate.AdmitRequest, peek bool) (llmrate.Decision, error) {
 	kp, wp := planOf(r.KeyPlan), planOf(r.WorkspacePlan)
 	kc, wc, pkc, pwc := gaugeFigures(r.KeyLimits, r.WorkspaceLimits, kp, wp, r.Solo)
 	g := kc+wc+pkc+pwc > 0

@@ -373,11 +373,13 @@ func TestPeekDebitsNothing(t *testing.T) {
 	assert.False(t, admit(t, s, r).Allowed, "the peek took no slot: the admission's is still held")
 }
 
-// TestSkewBeyondAPeriodFailsOpenCounted: without WithClock the store
-// computes periods around the server's time as it last saw it; an idea of
-// it more than a period off fails that admission open (an error, counted
-// in Skews), and the reply's time corrects the next one.
-func TestSkewBeyondAPeriodFailsOpenCounted(t *testing.T) {
+// TestSkewBeyondAPeriodSentAgain: without WithClock the store computes
+// periods around the server's time as it last saw it; an idea of it more
+// than a period off makes the script apply nothing and answer with the
+// server's time (counted in Skews), and the admission is sent once more
+// with periods around it: decided, debited once, no fail-open. (It failed
+// open before, an error under the limiter.)
+func TestSkewBeyondAPeriodSentAgain(t *testing.T) {
 	_, c := redisrig.Start(t)
 	s := redisrig.Store(t, c) // the server's TIME
 	lim := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 10})
@@ -392,12 +394,13 @@ func TestSkewBeyondAPeriodFailsOpenCounted(t *testing.T) {
 	s.SawServer(time.Now().Add(-72 * time.Hour))
 	fresh := r
 	fresh.Key = "sk-skew-fresh" // a bucket that needs a period
-	_, err := s.Admit(context.Background(), fresh)
-	require.ErrorIs(t, err, redisstore.ErrSkew)
+	d, err := s.Admit(context.Background(), fresh)
+	require.NoError(t, err, "sent again with the server's periods, not failed open")
+	require.True(t, d.Allowed)
+	assert.Equal(t, int64(9), d.KeyWindows[0].Requests, "debited once: the skewed call applied nothing")
 	assert.Equal(t, int64(1), s.Skews())
 	d = admit(t, s, fresh)
-	require.True(t, d.Allowed, "corrected by the failed call's reply")
-	assert.Equal(t, int64(9), d.KeyWindows[0].Requests, "the failed-open admission debited nothing")
+	assert.Equal(t, int64(8), d.KeyWindows[0].Requests)
 
 	s.SawServer(time.Now().Add(-20 * time.Hour)) // less than a period off: tolerated
 	d = admit(t, s, r)
