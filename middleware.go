@@ -282,13 +282,39 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 			l.waiting.Add(-1)
 		}
 	}()
-	c := l.cfg
 	ctx := r.Context()
 	if err := l.figures(ctx, a); err != nil {
 		l.failOpen(a, "admit", err)
 		return false
 	}
-	a.raw = max(1, c.estimator(r))
+	l.estimate(r, a)
+	var req AdmitRequest
+	l.admitRequest(a, &req)
+	if l.cfg.maxWait > 0 {
+		if placed = l.takeWaitPlace(); placed {
+			req.MaxWait = l.cfg.maxWait
+		}
+	}
+	if err := l.decide(ctx, a, &req); err != nil {
+		l.failOpen(a, "admit", &StoreError{Op: "admit", Err: err})
+		return false
+	}
+	if !a.d.Allowed && a.d.Window == 0 && a.d.Calendar == NoCalendar && a.d.Refused < KeyConcurrent {
+		// A store that predates windows names no window: its buckets are
+		// the per-minute ones.
+		a.d.Window = time.Minute
+	}
+	if o := l.cfg.observer; o != nil && !l.observeDecided(a, o, decisionEvent(a, l.cfg.shadow)) && !a.d.Allowed {
+		return false // a fault refuses nothing: the request passes, counted
+	}
+	return true
+}
+
+// estimate sets a's token estimates: the raw one (the estimator's, at
+// least 1), the one debited (scaled by calibration, if any) and, under
+// windows, the input estimate.
+func (l *Limiter) estimate(r *http.Request, a *admission) {
+	a.raw = max(1, l.cfg.estimator(r))
 	a.est = a.raw
 	if l.calib != nil {
 		a.est = l.calib.scale(a.ws, a.model, a.raw)
@@ -309,15 +335,20 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 			a.est = c
 		}
 	}
-	windows := a.windowed()
-	if windows {
+	if a.windowed() {
 		a.input = a.raw
 		if l.bodyEst {
 			a.input = inputFromBody(r)
 		}
 	}
-	a.now = c.clock()
-	req := AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl,
+}
+
+// admitRequest fills req with a's admission as of the limiter's clock
+// (read now, into a.now), with an ID under a gauge; MaxWait is the
+// caller's.
+func (l *Limiter) admitRequest(a *admission, req *AdmitRequest) {
+	a.now = l.cfg.clock()
+	*req = AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl,
 		Tokens: a.est, InputTokens: a.input, Solo: a.solo, Now: a.now, Reserve: a.reserve}
 	req.KeyPlan, req.WorkspacePlan = a.pk, a.pw
 	if a.kl.ConcurrentRequests > 0 || a.wl.ConcurrentRequests > 0 || a.pk != nil && (a.pk.ConcurrentRequests > 0 || a.pw.ConcurrentRequests > 0) {
@@ -326,54 +357,45 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 		req.ID = NewAdmissionID()
 		a.id = req.ID
 	}
-	if c.maxWait > 0 {
-		if placed = l.takeWaitPlace(); placed {
-			req.MaxWait = c.maxWait
-		}
-	}
+}
+
+// decide asks the store to decide req, into a.d: the memory store in
+// process, any other through the store call (timeout, retries), with an
+// identity, and again without a max wait when it makes no reservations.
+func (l *Limiter) decide(ctx context.Context, a *admission, req *AdmitRequest) error {
 	var err error
 	if l.mem != nil {
 		// In process: no reply can be lost, so the ID (set under a gauge)
 		// only names the slots its reconcile releases, and no identity
 		// record is kept for it.
-		a.d, err = l.mem.admitAny(&req)
+		a.d, err = l.mem.admitAny(req)
+		return err
+	}
+	if req.ID == "" {
+		req.ID = NewAdmissionID()
+		a.id = req.ID
+	}
+	a.d, err = l.calls.admit(ctx, *req)
+	if err != nil && req.MaxWait > 0 && !a.gauged && errors.Is(err, errors.ErrUnsupported) {
+		// The store makes no reservations: decide as without a max wait.
+		// (Under a gauge the error may be about the gauge: that request
+		// fails open, and MaxWait stays on.)
+		l.noReservations(err)
+		req.MaxWait = 0
+		a.d, err = l.calls.admit(ctx, *req)
+	}
+	return err
+}
+
+// decisionEvent is the observer's event for a's decision.
+func decisionEvent(a *admission, shadow bool) DecisionEvent {
+	ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Calendar: a.d.Calendar, Zone: a.d.Zone, Session: a.d.Session, Lent: a.d.Lent, Tier: a.tier, Plan: a.plan, Named: a.named, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: shadow, Class: a.class}
+	if a.d.Allowed {
+		ev.Wait = a.d.Wait
 	} else {
-		if req.ID == "" {
-			req.ID = NewAdmissionID()
-			a.id = req.ID
-		}
-		a.d, err = l.calls.admit(ctx, req)
-		if err != nil && req.MaxWait > 0 && !a.gauged && errors.Is(err, errors.ErrUnsupported) {
-			// The store makes no reservations: decide as without a max wait.
-			// (Under a gauge the error may be about the gauge: that request
-			// fails open below, and MaxWait stays on.)
-			l.noReservations(err)
-			req.MaxWait = 0
-			a.d, err = l.calls.admit(ctx, req)
-		}
+		ev.RetryAfter = time.Duration(retryAfterSeconds(a.d)) * time.Second
 	}
-	if err != nil {
-		l.failOpen(a, "admit", &StoreError{Op: "admit", Err: err})
-		return false
-	}
-	if !a.d.Allowed && a.d.Window == 0 && a.d.Calendar == NoCalendar && a.d.Refused < KeyConcurrent {
-		// A store that predates windows names no window: its buckets are
-		// the per-minute ones.
-		a.d.Window = time.Minute
-	}
-	if o := c.observer; o != nil {
-		ev := DecisionEvent{Allowed: a.d.Allowed, Refused: a.d.Refused, Window: a.d.Window, Calendar: a.d.Calendar, Zone: a.d.Zone, Session: a.d.Session, Lent: a.d.Lent, Tier: a.tier, Plan: a.plan, Named: a.named, Model: a.entry, Estimate: a.est, NeverFits: a.d.NeverFits, Shadow: c.shadow, Class: a.class}
-		if a.d.Allowed {
-			ev.Wait = a.d.Wait
-		}
-		if !a.d.Allowed {
-			ev.RetryAfter = time.Duration(retryAfterSeconds(a.d)) * time.Second
-		}
-		if !l.observeDecided(a, o, ev) && !a.d.Allowed {
-			return false // a fault refuses nothing: the request passes, counted
-		}
-	}
-	return true
+	return ev
 }
 
 // observeDecided calls o.Decided, and reports false when it panicked: a

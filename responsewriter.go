@@ -65,101 +65,126 @@ func (r *teeReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// newTracker is one piece because it is one httpsnoop.Hooks literal: every
-// hook closes over t and follows the same enter/exit pattern, and splitting
-// the literal would scatter that pattern across functions.
+// newTracker returns a tracker for l with its httpsnoop hooks, built
+// once: each hook (the hook methods) returns a function bound to the use
+// (the generation) current when httpsnoop.Wrap called it, so a writer
+// kept past its handler's return is detected and refused (see enter),
+// even once this tracker serves another request.
 func newTracker(l *Limiter) *tracker {
 	t := &tracker{l: l}
 	t.tee.t = t
 	t.forward = func(b []byte) (int, error) { return t.nextWrite(b) }
-	// The hooks are built once; each returns a function bound to the use
-	// (the generation) current when httpsnoop.Wrap called it, so a writer
-	// kept past its handler's return is detected and refused (see enter),
-	// even once this tracker serves another request.
 	t.hooks = httpsnoop.Hooks{
-		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
-			t.nextWriteHeader = next
-			g := t.gen.Load()
-			return func(code int) {
-				if !t.enter(g) {
-					return
-				}
-				defer t.exit()
-				t.writeHeader(code)
-			}
-		},
-		Write: func(next httpsnoop.WriteFunc) httpsnoop.WriteFunc {
-			t.nextWrite = next
-			g := t.gen.Load()
-			return func(b []byte) (int, error) {
-				if !t.enter(g) {
-					return 0, ErrWriterReleased
-				}
-				defer t.exit()
-				return t.write(b)
-			}
-		},
-		WriteString: func(next httpsnoop.WriteStringFunc) httpsnoop.WriteStringFunc {
-			t.nextWriteString = next
-			g := t.gen.Load()
-			return func(s string) (int, error) {
-				if !t.enter(g) {
-					return 0, ErrWriterReleased
-				}
-				defer t.exit()
-				return t.writeString(s)
-			}
-		},
-		ReadFrom: func(next httpsnoop.ReadFromFunc) httpsnoop.ReadFromFunc {
-			t.nextReadFrom = next
-			g := t.gen.Load()
-			return func(src io.Reader) (int64, error) {
-				if !t.enter(g) {
-					return 0, ErrWriterReleased
-				}
-				defer t.exit()
-				return t.readFrom(src)
-			}
-		},
-		// A Flush before the first write commits the header, as WriteHeader
-		// does: the rate-limit headers and the trailer declaration go with
-		// it. Both hooks are set so that httpsnoop never builds a hook per
-		// call (its FlushError fallback would).
-		Flush: func(next httpsnoop.FlushFunc) httpsnoop.FlushFunc {
-			t.nextFlush = next
-			g := t.gen.Load()
-			return func() {
-				if !t.enter(g) {
-					return
-				}
-				defer t.exit()
-				t.flush()
-			}
-		},
-		FlushError: func(next httpsnoop.FlushErrorFunc) httpsnoop.FlushErrorFunc {
-			t.nextFlushError = next
-			g := t.gen.Load()
-			return func() error {
-				if !t.enter(g) {
-					return ErrWriterReleased
-				}
-				defer t.exit()
-				return t.flushError()
-			}
-		},
-		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
-			t.nextHijack = next
-			g := t.gen.Load()
-			return func() (net.Conn, *bufio.ReadWriter, error) {
-				if !t.enter(g) {
-					return nil, nil, ErrWriterReleased
-				}
-				defer t.exit()
-				return t.hijack()
-			}
-		},
+		WriteHeader: t.hookWriteHeader,
+		Write:       t.hookWrite,
+		WriteString: t.hookWriteString,
+		ReadFrom:    t.hookReadFrom,
+		Flush:       t.hookFlush,
+		FlushError:  t.hookFlushError,
+		Hijack:      t.hookHijack,
 	}
 	return t
+}
+
+// hookWriteHeader is the WriteHeader hook: it records next and returns
+// WriteHeader through t for the current use.
+func (t *tracker) hookWriteHeader(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
+	t.nextWriteHeader = next
+	g := t.gen.Load()
+	return func(code int) {
+		if !t.enter(g) {
+			return
+		}
+		defer t.exit()
+		t.writeHeader(code)
+	}
+}
+
+// hookWrite is the Write hook: it records next and returns
+// Write through t for the current use.
+func (t *tracker) hookWrite(next httpsnoop.WriteFunc) httpsnoop.WriteFunc {
+	t.nextWrite = next
+	g := t.gen.Load()
+	return func(b []byte) (int, error) {
+		if !t.enter(g) {
+			return 0, ErrWriterReleased
+		}
+		defer t.exit()
+		return t.write(b)
+	}
+}
+
+// hookWriteString is the WriteString hook: it records next and returns
+// WriteString through t for the current use.
+func (t *tracker) hookWriteString(next httpsnoop.WriteStringFunc) httpsnoop.WriteStringFunc {
+	t.nextWriteString = next
+	g := t.gen.Load()
+	return func(s string) (int, error) {
+		if !t.enter(g) {
+			return 0, ErrWriterReleased
+		}
+		defer t.exit()
+		return t.writeString(s)
+	}
+}
+
+// hookReadFrom is the ReadFrom hook: it records next and returns
+// ReadFrom through t for the current use.
+func (t *tracker) hookReadFrom(next httpsnoop.ReadFromFunc) httpsnoop.ReadFromFunc {
+	t.nextReadFrom = next
+	g := t.gen.Load()
+	return func(src io.Reader) (int64, error) {
+		if !t.enter(g) {
+			return 0, ErrWriterReleased
+		}
+		defer t.exit()
+		return t.readFrom(src)
+	}
+}
+
+// hookFlush is the Flush hook: it records next and returns Flush through
+// t for the current use. A Flush before the first write commits the
+// header, as WriteHeader does: the rate-limit headers and the trailer
+// declaration go with it. Both Flush and FlushError are hooked so that
+// httpsnoop never builds a hook per call (its FlushError fallback would).
+func (t *tracker) hookFlush(next httpsnoop.FlushFunc) httpsnoop.FlushFunc {
+	t.nextFlush = next
+	g := t.gen.Load()
+	return func() {
+		if !t.enter(g) {
+			return
+		}
+		defer t.exit()
+		t.flush()
+	}
+}
+
+// hookFlushError is the FlushError hook: it records next and returns
+// FlushError through t for the current use.
+func (t *tracker) hookFlushError(next httpsnoop.FlushErrorFunc) httpsnoop.FlushErrorFunc {
+	t.nextFlushError = next
+	g := t.gen.Load()
+	return func() error {
+		if !t.enter(g) {
+			return ErrWriterReleased
+		}
+		defer t.exit()
+		return t.flushError()
+	}
+}
+
+// hookHijack is the Hijack hook: it records next and returns
+// Hijack through t for the current use.
+func (t *tracker) hookHijack(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
+	t.nextHijack = next
+	g := t.gen.Load()
+	return func() (net.Conn, *bufio.ReadWriter, error) {
+		if !t.enter(g) {
+			return nil, nil, ErrWriterReleased
+		}
+		defer t.exit()
+		return t.hijack()
+	}
 }
 
 // enter admits a call through a writer of generation g: false once that
