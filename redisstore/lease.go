@@ -273,18 +273,7 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 			kl = &keyLease{}
 			g.keys[k] = kl
 		}
-		if g.ws.covers(r.WorkspaceLimits, now, r.Tokens) && (r.Solo || kl.covers(r.KeyLimits, now, r.Tokens)) {
-			g.ws.take(now, r.Tokens)
-			src := &g.ws // solo: the key's buckets are the workspace's
-			if !r.Solo {
-				kl.take(now, r.Tokens)
-				src = &kl.part
-			}
-			d := llmrate.Decision{Allowed: true}
-			for b := range 2 {
-				d.Remaining[b] = src.level[b] + src.left[b]
-				d.Remaining[2+b] = g.ws.level[b] + g.ws.left[b]
-			}
+		if d, ok := takeLeased(g, kl, r, now); ok {
 			g.mu.Unlock()
 			s.leases.local.Add(1)
 			return d, nil
@@ -295,43 +284,76 @@ func (s *Store) admitLeased(ctx context.Context, r llmrate.AdmitRequest) (llmrat
 		}
 		if ready != nil {
 			// A renewal of this workspace's leases, or a Redis call for
-			// this key, is in flight: wait for it, then look again, so
-			// that this process does not ask Redis while its own lease
-			// still holds room, nor takes a key's first lease twice; but
-			// wait at most a hedge delay (see hedge.go).
+			// this key, is in flight: wait for it, then look again.
 			g.mu.Unlock()
-			t := time.NewTimer(s.hedge.delayFor(ctx, time.Now(), s.timeout))
-			select {
-			case <-ready:
-				t.Stop()
-				continue
-			case <-t.C:
-				select {
-				case <-ready: // done as the timer fired: look again
-					continue
-				default:
-				}
-				// The call waited for is slow (its reply held or lost): this
-				// admission is decided on Redis by a call of its own, which
-				// takes no lease, rather than waiting out its deadline and
-				// going to the fallback.
-				return s.admitUnleased(ctx, k, w, r)
-			case <-ctx.Done():
-				t.Stop()
-				// The deadline passed while Redis was slow: the fallback
-				// decides, as for a call of its own that timed out. A
-				// caller that gave up gets its error.
-				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-					return s.admitLocal(ctx, r, fmt.Errorf("redisstore: waiting for a lease renewal: %w", ctx.Err()))
-				}
-				return llmrate.Decision{}, ctx.Err()
+			if again, d, err := s.awaitRenewal(ctx, ready, k, w, r); !again {
+				return d, err
 			}
+			continue
 		}
 		if !s.up(ctx) { // the lease cannot cover it and Redis is out
 			g.mu.Unlock()
 			return s.admitLocal(ctx, r, errDown)
 		}
 		return s.renew(ctx, g, kl, k, w, r, now, want)
+	}
+}
+
+// takeLeased admits r from the leases of its workspace (g, whose lock the
+// caller holds) and key (kl) when both cover it (a Solo request's key
+// buckets are the workspace's), with the levels the leases leave.
+func takeLeased(g *group, kl *keyLease, r llmrate.AdmitRequest, now time.Time) (llmrate.Decision, bool) {
+	if !g.ws.covers(r.WorkspaceLimits, now, r.Tokens) || !r.Solo && !kl.covers(r.KeyLimits, now, r.Tokens) {
+		return llmrate.Decision{}, false
+	}
+	g.ws.take(now, r.Tokens)
+	src := &g.ws // solo: the key's buckets are the workspace's
+	if !r.Solo {
+		kl.take(now, r.Tokens)
+		src = &kl.part
+	}
+	d := llmrate.Decision{Allowed: true}
+	for b := range 2 {
+		d.Remaining[b] = src.level[b] + src.left[b]
+		d.Remaining[2+b] = g.ws.level[b] + g.ws.left[b]
+	}
+	return d, true
+}
+
+// awaitRenewal waits for ready, the end of a renewal of r's workspace
+// leases or of a Redis call for its key in flight, so that this process
+// does not ask Redis while its own lease still holds room, nor takes a
+// key's first lease twice; but it waits at most a hedge delay (see
+// hedge.go). again reports that the call ended: the caller looks again.
+// Otherwise r is decided here, with d and err.
+func (s *Store) awaitRenewal(ctx context.Context, ready <-chan struct{}, k, w string, r llmrate.AdmitRequest) (again bool, d llmrate.Decision, err error) {
+	t := time.NewTimer(s.hedge.delayFor(ctx, time.Now(), s.timeout))
+	select {
+	case <-ready:
+		t.Stop()
+		return true, d, nil
+	case <-t.C:
+		select {
+		case <-ready: // done as the timer fired: look again
+			return true, d, nil
+		default:
+		}
+		// The call waited for is slow (its reply held or lost): this
+		// admission is decided on Redis by a call of its own, which
+		// takes no lease, rather than waiting out its deadline and
+		// going to the fallback.
+		d, err = s.admitUnleased(ctx, k, w, r)
+		return false, d, err
+	case <-ctx.Done():
+		t.Stop()
+		// The deadline passed while Redis was slow: the fallback
+		// decides, as for a call of its own that timed out. A
+		// caller that gave up gets its error.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			d, err = s.admitLocal(ctx, r, fmt.Errorf("redisstore: waiting for a lease renewal: %w", ctx.Err()))
+			return false, d, err
+		}
+		return false, d, ctx.Err()
 	}
 }
 
