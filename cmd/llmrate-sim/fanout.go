@@ -128,103 +128,153 @@ type fanoutEvent struct {
 }
 
 func runFanout(f FanoutTrace, reqs []fanoutRequest, c FanoutConfig) (FanoutResult, error) {
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	now := start
+	sim, err := newFanoutSim(f, reqs, c)
+	if err != nil {
+		return FanoutResult{}, err
+	}
+	res := FanoutResult{Name: c.Name}
+	if err := sim.play(&res); err != nil {
+		return res, err
+	}
+	sim.summarize(&res, f.TPM)
+	return res, nil
+}
+
+// fanoutSim is one fan-out run: the limiter on a clock the events move,
+// its handler holding each admitted request until its end event, and what
+// was admitted.
+type fanoutSim struct {
+	start, now             time.Time
+	reqs                   []fanoutRequest
+	l                      *llmrate.Limiter
+	h                      http.Handler
+	entered, release, done []chan struct{}
+	estimates              []int64
+	firstMinute            []fanoutAdmitted
+	sumActual              int64
+	nAdmitted              int
+}
+
+// fanoutAdmitted is a request admitted in the first minute: when, and its
+// actual tokens.
+type fanoutAdmitted struct {
+	at     time.Duration
+	tokens int64
+}
+
+func newFanoutSim(f FanoutTrace, reqs []fanoutRequest, c FanoutConfig) (*fanoutSim, error) {
+	sim := &fanoutSim{start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), reqs: reqs,
+		entered: make([]chan struct{}, len(reqs)), release: make([]chan struct{}, len(reqs)), done: make([]chan struct{}, len(reqs))}
+	sim.now = sim.start
 	lim := llmrate.Limits{RequestsPerMinute: 100_000, TokensPerMinute: f.TPM}
-	var estimates []int64
-	rec := &fanoutObserver{est: &estimates}
+	rec := &fanoutObserver{est: &sim.estimates}
 	opts := append([]llmrate.Option{
 		llmrate.WithTiers(llmrate.TierTable{Free: lim, Developer: lim, Team: lim, Growth: lim, Scale: lim, Enterprise: lim}),
-		llmrate.WithClock(func() time.Time { return now }),
+		llmrate.WithClock(func() time.Time { return sim.now }),
 		llmrate.WithObserver(rec),
 	}, c.Opts...)
 	l, err := llmrate.New(opts...)
 	if err != nil {
-		return FanoutResult{}, err
+		return nil, err
 	}
-	entered := make([]chan struct{}, len(reqs))
-	release := make([]chan struct{}, len(reqs))
-	done := make([]chan struct{}, len(reqs))
-	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	sim.l = l
+	sim.h = l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body) // as a proxy forwards it
 		i, _ := strconv.Atoi(r.Header.Get("X-Req"))
-		close(entered[i])
-		<-release[i]
+		close(sim.entered[i])
+		<-sim.release[i]
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"…"}}],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, reqs[i].in, reqs[i].out)
 	}))
-	events := make([]fanoutEvent, 0, 2*len(reqs))
-	for i, q := range reqs {
+	return sim, nil
+}
+
+// play runs the events in time order: each request's start (admitted,
+// its end scheduled, or refused with a 429) and end (released and
+// reconciled), counting the first minute's in res.
+func (sim *fanoutSim) play(res *FanoutResult) error {
+	events := make([]fanoutEvent, 0, 2*len(sim.reqs))
+	for i, q := range sim.reqs {
 		events = append(events, fanoutEvent{at: q.start, req: i})
 	}
-	res := FanoutResult{Name: c.Name}
-	type admitted struct {
-		at     time.Duration
-		tokens int64
-	}
-	var firstMinute []admitted
-	var sumActual int64
-	nAdmitted := 0
 	for len(events) > 0 {
 		sort.SliceStable(events, func(a, b int) bool { return events[a].at < events[b].at })
 		e := events[0]
 		events = events[1:]
-		now = start.Add(e.at)
-		q := reqs[e.req]
+		sim.now = sim.start.Add(e.at)
 		if e.end {
-			close(release[e.req])
-			<-done[e.req] // reconciled
+			close(sim.release[e.req])
+			<-sim.done[e.req] // reconciled
 			continue
 		}
-		entered[e.req], release[e.req], done[e.req] = make(chan struct{}), make(chan struct{}), make(chan struct{})
-		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(q.body))
-		r.Header.Set("Authorization", "Bearer sk-agent")
-		r.Header.Set("X-Req", strconv.Itoa(e.req))
-		w := httptest.NewRecorder()
-		go func(i int) {
-			h.ServeHTTP(w, r)
-			close(done[i])
-		}(e.req)
-		first := e.at < time.Minute
-		if first {
-			res.Offered++
+		admitted, err := sim.send(e, res)
+		if err != nil {
+			return err
 		}
-		select {
-		case <-entered[e.req]:
-			events = append(events, fanoutEvent{at: q.end, req: e.req, end: true})
-			nAdmitted++
-			sumActual += q.in + q.out
-			if first {
-				res.Admitted++
-				firstMinute = append(firstMinute, admitted{e.at, q.in + q.out})
-			}
-		case <-done[e.req]:
-			if w.Code != http.StatusTooManyRequests {
-				return res, fmt.Errorf("request %d: status %d", e.req, w.Code)
-			}
+		if admitted {
+			events = append(events, fanoutEvent{at: sim.reqs[e.req].end, req: e.req, end: true})
 		}
 	}
+	return nil
+}
+
+// send sends the request that event e starts and reports whether it was
+// admitted (its handler entered) rather than refused.
+func (sim *fanoutSim) send(e fanoutEvent, res *FanoutResult) (bool, error) {
+	q := sim.reqs[e.req]
+	sim.entered[e.req], sim.release[e.req], sim.done[e.req] = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(q.body))
+	r.Header.Set("Authorization", "Bearer sk-agent")
+	r.Header.Set("X-Req", strconv.Itoa(e.req))
+	w := httptest.NewRecorder()
+	go func(i int) {
+		sim.h.ServeHTTP(w, r)
+		close(sim.done[i])
+	}(e.req)
+	first := e.at < time.Minute
+	if first {
+		res.Offered++
+	}
+	select {
+	case <-sim.entered[e.req]:
+		sim.nAdmitted++
+		sim.sumActual += q.in + q.out
+		if first {
+			res.Admitted++
+			sim.firstMinute = append(sim.firstMinute, fanoutAdmitted{e.at, q.in + q.out})
+		}
+		return true, nil
+	case <-sim.done[e.req]:
+		if w.Code != http.StatusTooManyRequests {
+			return false, fmt.Errorf("request %d: status %d", e.req, w.Code)
+		}
+		return false, nil
+	}
+}
+
+// summarize fills res's figures: the first minute's tokens against the
+// exact bound at tpm, the mean estimate and actual, the calibration.
+func (sim *fanoutSim) summarize(res *FanoutResult, tpm int64) {
 	var cum int64
 	res.BeyondExact = math.MinInt64
-	for _, a := range firstMinute {
+	for _, a := range sim.firstMinute {
 		cum += a.tokens
-		bound := 2*f.TPM + f.TPM*int64(a.at)/int64(time.Minute)
+		bound := 2*tpm + tpm*int64(a.at)/int64(time.Minute)
 		res.BeyondExact = max(res.BeyondExact, cum-bound)
 	}
 	res.Tokens = cum
-	res.BeyondTPM = cum - f.TPM
-	if nAdmitted > 0 {
+	res.BeyondTPM = cum - tpm
+	if sim.nAdmitted > 0 {
 		var s int64
-		for _, e := range estimates {
+		for _, e := range sim.estimates {
 			s += e
 		}
-		res.MeanEstimate = s / int64(len(estimates))
-		res.MeanActual = sumActual / int64(nAdmitted)
+		res.MeanEstimate = s / int64(len(sim.estimates))
+		res.MeanActual = sim.sumActual / int64(sim.nAdmitted)
 	}
-	if cal := l.Calibration(); cal != nil {
+	if cal := sim.l.Calibration(); cal != nil {
 		res.CalibrationAtEnd, res.calibrationPresent = cal["agent-model"], true
 	}
-	return res, nil
 }
 
 // fanoutObserver keeps the estimates of admitted requests. Decided runs on

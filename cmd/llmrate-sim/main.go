@@ -80,81 +80,106 @@ type Request struct {
 }
 
 func run(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("llmrate-sim", flag.ContinueOnError)
-	tierName := fs.String("tier", "free", "tier of every workspace: free, developer, team, growth, scale, enterprise")
-	rpm := fs.Int64("rpm", 0, "override the tier's requests per minute")
-	tpm := fs.Int64("tpm", 0, "override the tier's tokens per minute")
-	trace := fs.String("trace", "", "JSON-lines trace to replay (default: a generated workload)")
-	rps := fs.Float64("rps", 5, "generated: requests per second, spread evenly")
-	tokens := fs.Int64("tokens", 1000, "generated: tokens per request (estimate = reported)")
-	keys := fs.Int("keys", 1, "generated: keys, round-robin, each its own workspace unless -workspaces")
-	workspaces := fs.Int("workspaces", 0, "generated: spread the keys over this many workspaces (0: each key its own)")
-	duration := fs.Duration("duration", 3*time.Minute, "generated: length of the workload")
-	genModels := fs.String("models", "", "generated: comma-separated model names, round-robin (default: none)")
-	svgPath := fs.String("svg", "", "write the plot to this SVG file")
-	modelFlag := fs.String("model-limits", "", "per-model limits: name=rpm/tpm,… (a name may end in *)")
-	fanout := fs.Bool("fanout", false, "compare estimators on the agent fan-out trace (bursts of 50 concurrent 4 KB requests asking up to 4,000 tokens); -tpm sets its figure")
-	concurrency := fs.Int64("concurrency", 0, "requests in flight at once per key and per workspace (0: no cap)")
-	maxWait := fs.Duration("max-wait", 0, "how long a request may wait for its turn instead of a 429 (0: never)")
-	streamFor := fs.Duration("stream", 0, "generated: how long each response streams")
-	priority := fs.Bool("priority", false, "replay an interactive product and a batch job on one workspace, without and with the batch class's reserve (WithPriority)")
-	reserve := fs.Float64("reserve", 0.5, "-priority: the batch class's reserve, in (0, 1)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *fanout {
-		f := DefaultFanout()
-		if *tpm > 0 {
-			f.TPM = *tpm
-		}
-		rs, err := RunFanout(f, FanoutConfigs())
-		if err != nil {
-			return err
-		}
-		PrintFanout(out, f, rs)
-		return nil
-	}
-	if *priority {
-		s := DefaultPriority()
-		s.Reserve = *reserve
-		if *tpm > 0 {
-			s.Limits.TokensPerMinute = *tpm
-		}
-		runs, err := RunPriority(s)
-		if err != nil {
-			return err
-		}
-		PrintPriority(out, s, runs)
-		if *svgPath != "" {
-			if err := os.WriteFile(*svgPath, []byte(PrioritySVG(s, runs)), 0o644); err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "plot written to %s\n", *svgPath)
-		}
-		return nil
-	}
-	tier, lim, err := figures(*tierName, *rpm, *tpm)
+	f, err := parseFlags(args)
 	if err != nil {
 		return err
 	}
-	lim.ConcurrentRequests = *concurrency
-	tt := llmrate.TierTable{Free: lim, Developer: lim, Team: lim, Growth: lim, Scale: lim, Enterprise: lim}
-	models, err := parseModelLimits(*modelFlag)
-	if err != nil {
-		return err
+	switch {
+	case f.fanout:
+		return runFanoutCmd(out, f)
+	case f.priority:
+		return runPriorityCmd(out, f)
 	}
+	return replay(out, f)
+}
 
-	reqs, err := workload(*trace, *rps, *tokens, *keys, *workspaces, *duration, *genModels)
+// simFlags is the command line.
+type simFlags struct {
+	tierName, trace, genModels, svgPath, modelFlag string
+	rpm, tpm, tokens, concurrency                  int64
+	rps, reserve                                   float64
+	keys, workspaces                               int
+	duration, maxWait, streamFor                   time.Duration
+	fanout, priority                               bool
+}
+
+func parseFlags(args []string) (simFlags, error) {
+	var f simFlags
+	fs := flag.NewFlagSet("llmrate-sim", flag.ContinueOnError)
+	fs.StringVar(&f.tierName, "tier", "free", "tier of every workspace: free, developer, team, growth, scale, enterprise")
+	fs.Int64Var(&f.rpm, "rpm", 0, "override the tier's requests per minute")
+	fs.Int64Var(&f.tpm, "tpm", 0, "override the tier's tokens per minute")
+	fs.StringVar(&f.trace, "trace", "", "JSON-lines trace to replay (default: a generated workload)")
+	fs.Float64Var(&f.rps, "rps", 5, "generated: requests per second, spread evenly")
+	fs.Int64Var(&f.tokens, "tokens", 1000, "generated: tokens per request (estimate = reported)")
+	fs.IntVar(&f.keys, "keys", 1, "generated: keys, round-robin, each its own workspace unless -workspaces")
+	fs.IntVar(&f.workspaces, "workspaces", 0, "generated: spread the keys over this many workspaces (0: each key its own)")
+	fs.DurationVar(&f.duration, "duration", 3*time.Minute, "generated: length of the workload")
+	fs.StringVar(&f.genModels, "models", "", "generated: comma-separated model names, round-robin (default: none)")
+	fs.StringVar(&f.svgPath, "svg", "", "write the plot to this SVG file")
+	fs.StringVar(&f.modelFlag, "model-limits", "", "per-model limits: name=rpm/tpm,… (a name may end in *)")
+	fs.BoolVar(&f.fanout, "fanout", false, "compare estimators on the agent fan-out trace (bursts of 50 concurrent 4 KB requests asking up to 4,000 tokens); -tpm sets its figure")
+	fs.Int64Var(&f.concurrency, "concurrency", 0, "requests in flight at once per key and per workspace (0: no cap)")
+	fs.DurationVar(&f.maxWait, "max-wait", 0, "how long a request may wait for its turn instead of a 429 (0: never)")
+	fs.DurationVar(&f.streamFor, "stream", 0, "generated: how long each response streams")
+	fs.BoolVar(&f.priority, "priority", false, "replay an interactive product and a batch job on one workspace, without and with the batch class's reserve (WithPriority)")
+	fs.Float64Var(&f.reserve, "reserve", 0.5, "-priority: the batch class's reserve, in (0, 1)")
+	return f, fs.Parse(args)
+}
+
+// runFanoutCmd is -fanout.
+func runFanoutCmd(out io.Writer, f simFlags) error {
+	tr := DefaultFanout()
+	if f.tpm > 0 {
+		tr.TPM = f.tpm
+	}
+	rs, err := RunFanout(tr, FanoutConfigs())
 	if err != nil {
 		return err
 	}
-	if *streamFor > 0 && *trace == "" {
+	PrintFanout(out, tr, rs)
+	return nil
+}
+
+// runPriorityCmd is -priority.
+func runPriorityCmd(out io.Writer, f simFlags) error {
+	s := DefaultPriority()
+	s.Reserve = f.reserve
+	if f.tpm > 0 {
+		s.Limits.TokensPerMinute = f.tpm
+	}
+	runs, err := RunPriority(s)
+	if err != nil {
+		return err
+	}
+	PrintPriority(out, s, runs)
+	return writeSVG(out, f.svgPath, func() string { return PrioritySVG(s, runs) })
+}
+
+// replay replays the trace, or the generated workload: as a flow under
+// -concurrency or -max-wait, else through Simulate.
+func replay(out io.Writer, f simFlags) error {
+	tier, lim, err := figures(f.tierName, f.rpm, f.tpm)
+	if err != nil {
+		return err
+	}
+	lim.ConcurrentRequests = f.concurrency
+	tt := llmrate.TierTable{Free: lim, Developer: lim, Team: lim, Growth: lim, Scale: lim, Enterprise: lim}
+	models, err := parseModelLimits(f.modelFlag)
+	if err != nil {
+		return err
+	}
+	reqs, err := workload(f.trace, f.rps, f.tokens, f.keys, f.workspaces, f.duration, f.genModels)
+	if err != nil {
+		return err
+	}
+	if f.streamFor > 0 && f.trace == "" {
 		for i := range reqs {
-			reqs[i].Duration = streamFor.Seconds()
+			reqs[i].Duration = f.streamFor.Seconds()
 		}
 	}
-	if *concurrency != 0 || *maxWait != 0 {
-		return runFlow(out, reqs, tier, lim, *maxWait, models, *svgPath)
+	if f.concurrency != 0 || f.maxWait != 0 {
+		return runFlow(out, reqs, tier, lim, f.maxWait, models, f.svgPath)
 	}
 	res, err := Simulate(reqs, tt, models)
 	if err != nil {
@@ -162,12 +187,19 @@ func run(args []string, out io.Writer) error {
 	}
 	res.Title = fmt.Sprintf("%s tier (%d req/min, %d tok/min): %d requests", tier, lim.RequestsPerMinute, lim.TokensPerMinute, len(reqs))
 	res.Print(out)
-	if *svgPath != "" {
-		if err := os.WriteFile(*svgPath, []byte(res.SVG()), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "plot written to %s\n", *svgPath)
+	return writeSVG(out, f.svgPath, res.SVG)
+}
+
+// writeSVG writes the plot svg draws to path, if path is set, and says
+// so.
+func writeSVG(out io.Writer, path string, svg func() string) error {
+	if path == "" {
+		return nil
 	}
+	if err := os.WriteFile(path, []byte(svg()), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "plot written to %s\n", path)
 	return nil
 }
 

@@ -291,6 +291,9 @@ func (w *workerProc) expect(prefix string, timeout time.Duration) (string, error
 	}
 }
 
+// runOne runs scenario sc in one mode: fresh state, the workers started
+// and released together, the faults and any restart, then their results
+// summed into the row.
 func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // kills workers left running on an error
@@ -300,17 +303,69 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 	if sc.restart && mode == modeMemory {
 		sc = scenario{name: sc.name, about: "memory store: no Redis to restart"}
 	}
-	if b.proxy != nil {
-		if err := b.direct.FlushAll(ctx).Err(); err != nil {
-			return r, fmt.Errorf("FLUSHALL: %w", err)
-		}
-		_ = b.proxy.Set(faultproxy.Faults{})
-		b.proxy.Kill()
+	before, err := b.reset(ctx)
+	if err != nil {
+		return r, err
 	}
-	var before faultproxy.Stats
-	if b.proxy != nil {
-		before = b.proxy.Stats()
+	f := &fleet{exits: make([]error, cfg.Processes)}
+	defer func() {
+		cancel()
+		f.waits.Wait()
+	}()
+	if err := f.start(ctx, cfg, b.workerConfig(sc, mode)); err != nil {
+		return r, err
 	}
+	t0, err := b.clock(ctx, sc.faults)
+	if err != nil {
+		return r, err
+	}
+	if err := f.release(cfg); err != nil {
+		return r, err
+	}
+	restarted := b.restart(ctx, sc, &f.waits)
+	if err := f.expectAll("stopped", cfg.Duration+60*time.Second); err != nil {
+		return r, err
+	}
+	if err := <-restarted; err != nil {
+		return r, fmt.Errorf("redis restart: %w", err)
+	}
+	// The workers' Close applies their queued reconciles and returns
+	// their leases without faults: they admit nothing more.
+	t1, err := b.clock(ctx, faultproxy.Faults{})
+	if err != nil {
+		return r, err
+	}
+	r.Elapsed = t1.Sub(t0)
+	if r.Workers, err = f.results(); err != nil {
+		return r, err
+	}
+	if b.proxy != nil {
+		r.Proxy = statsSince(before, b.proxy.Stats())
+	}
+	r.sum(cfg)
+	if r.Other > 0 {
+		return r, fmt.Errorf("%d responses neither 200 nor 429", r.Other)
+	}
+	return r, nil
+}
+
+// reset empties Redis, clears the proxy's faults and kills its
+// connections, and returns the proxy's counts so far (zero without Redis).
+func (b *bench) reset(ctx context.Context) (faultproxy.Stats, error) {
+	if b.proxy == nil {
+		return faultproxy.Stats{}, nil
+	}
+	if err := b.direct.FlushAll(ctx).Err(); err != nil {
+		return faultproxy.Stats{}, fmt.Errorf("FLUSHALL: %w", err)
+	}
+	_ = b.proxy.Set(faultproxy.Faults{})
+	b.proxy.Kill()
+	return b.proxy.Stats(), nil
+}
+
+// workerConfig is what each worker of sc in mode is told (its ID apart).
+func (b *bench) workerConfig(sc scenario, mode string) workerConfig {
+	cfg := b.cfg
 	wc := workerConfig{HashKey: b.secret, Key: "sk-spill-" + sc.name + "-" + mode, Mode: mode, Share: cfg.Share, Batch: cfg.Batch,
 		Fallback: cfg.Fallback, RedisTimeout: cfg.RedisTimeout, StoreTimeout: cfg.StoreTimeout, RetryInterval: cfg.RetryInterval,
 		MaxRetries: cfg.MaxRetries, CtxTimeout: cfg.CtxTimeout, Clients: cfg.Clients, Duration: cfg.Duration, Think: cfg.Think,
@@ -319,13 +374,61 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 	if b.proxy != nil {
 		wc.Redis = b.proxy.Addr()
 	}
-	var procs []*workerProc
-	var waits sync.WaitGroup // the workers' readers, and the restart
-	exits := make([]error, cfg.Processes)
-	defer func() {
-		cancel()
-		waits.Wait()
+	return wc
+}
+
+// clock returns the run's clock now (Redis's TIME, else the local clock)
+// and then sets the proxy's faults.
+func (b *bench) clock(ctx context.Context, faults faultproxy.Faults) (time.Time, error) {
+	if b.proxy == nil {
+		return time.Now(), nil
+	}
+	t, err := b.direct.Time(ctx).Result()
+	if err != nil {
+		return t, fmt.Errorf("TIME: %w", err)
+	}
+	return t, b.proxy.Set(faults)
+}
+
+// restart stops Redis at the scenario's restart instant and starts it
+// again after RestartDown, in a goroutine counted in waits; the channel
+// receives its outcome (nil at once for a scenario without a restart).
+func (b *bench) restart(ctx context.Context, sc scenario, waits *sync.WaitGroup) <-chan error {
+	restarted := make(chan error, 1)
+	if !sc.restart {
+		restarted <- nil
+		return restarted
+	}
+	waits.Add(1)
+	go func() {
+		defer waits.Done()
+		select {
+		case <-time.After(b.cfg.restartAt()):
+		case <-ctx.Done():
+			restarted <- ctx.Err()
+			return
+		}
+		b.redis.stop()
+		select {
+		case <-time.After(b.cfg.RestartDown):
+		case <-ctx.Done():
+		}
+		restarted <- b.redis.start(ctx)
 	}()
+	return restarted
+}
+
+// fleet is one run's worker processes: their line readers (and the
+// restart) counted in waits, each exit status in exits by worker ID.
+type fleet struct {
+	procs []*workerProc
+	waits sync.WaitGroup
+	exits []error
+}
+
+// start starts cfg.Processes workers told wc and waits until each is
+// ready.
+func (f *fleet) start(ctx context.Context, cfg config, wc workerConfig) error {
 	for i := range cfg.Processes {
 		wc.ID = i
 		arg, _ := json.Marshal(wc)
@@ -334,123 +437,93 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 		cmd.WaitDelay = 5 * time.Second
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
-			return r, err
+			return err
 		}
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
-			return r, err
+			return err
 		}
 		if err := cmd.Start(); err != nil {
-			return r, fmt.Errorf("start worker: %w", err)
+			return fmt.Errorf("start worker: %w", err)
 		}
 		w := &workerProc{id: i, cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
-		procs = append(procs, w)
-		waits.Add(1)
+		f.procs = append(f.procs, w)
+		f.waits.Add(1)
 		go func() {
-			defer waits.Done()
+			defer f.waits.Done()
 			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
 				w.lines <- sc.Text()
 			}
 			close(w.lines)
-			exits[w.id] = cmd.Wait()
+			f.exits[w.id] = cmd.Wait()
 		}()
 	}
-	for _, w := range procs {
-		if _, err := w.expect("ready", 30*time.Second); err != nil {
-			return r, err
+	return f.expectAll("ready", 30*time.Second)
+}
+
+// expectAll waits for each worker's line starting with prefix.
+func (f *fleet) expectAll(prefix string, timeout time.Duration) error {
+	for _, w := range f.procs {
+		if _, err := w.expect(prefix, timeout); err != nil {
+			return err
 		}
 	}
-	var t0 time.Time
-	if b.proxy != nil {
-		var err error
-		if t0, err = b.direct.Time(ctx).Result(); err != nil {
-			return r, fmt.Errorf("TIME: %w", err)
-		}
-		if err := b.proxy.Set(sc.faults); err != nil {
-			return r, err
-		}
-	} else {
-		t0 = time.Now()
-	}
+	return nil
+}
+
+// release tells every worker to go: with a monthly quota, with one offset
+// for every worker's clock, placing the 1st at 00:00 UTC MonthAt into the
+// run.
+func (f *fleet) release(cfg config) error {
 	goLine := "go\n"
 	if cfg.MonthRequests > 0 {
-		// One offset for every worker's clock, placing the 1st at 00:00 UTC
-		// MonthAt into the run.
 		goLine = fmt.Sprintf("go %d\n", int64(monthOffset(time.Now(), cfg.monthAt())))
 	}
-	for _, w := range procs {
+	for _, w := range f.procs {
 		if _, err := io.WriteString(w.stdin, goLine); err != nil {
-			return r, fmt.Errorf("worker %d: %w", w.id, err)
+			return fmt.Errorf("worker %d: %w", w.id, err)
 		}
 	}
-	restarted := make(chan error, 1)
-	if sc.restart {
-		waits.Add(1)
-		go func() {
-			defer waits.Done()
-			select {
-			case <-time.After(cfg.restartAt()):
-			case <-ctx.Done():
-				restarted <- ctx.Err()
-				return
-			}
-			b.redis.stop()
-			select {
-			case <-time.After(cfg.RestartDown):
-			case <-ctx.Done():
-			}
-			restarted <- b.redis.start(ctx)
-		}()
-	} else {
-		restarted <- nil
-	}
-	for _, w := range procs {
-		if _, err := w.expect("stopped", cfg.Duration+60*time.Second); err != nil {
-			return r, err
-		}
-	}
-	if err := <-restarted; err != nil {
-		return r, fmt.Errorf("redis restart: %w", err)
-	}
-	var t1 time.Time
-	if b.proxy != nil {
-		var err error
-		if t1, err = b.direct.Time(ctx).Result(); err != nil {
-			return r, fmt.Errorf("TIME: %w", err)
-		}
-		// The workers' Close applies their queued reconciles and returns
-		// their leases without faults: they admit nothing more.
-		_ = b.proxy.Set(faultproxy.Faults{})
-	} else {
-		t1 = time.Now()
-	}
-	r.Elapsed = t1.Sub(t0)
-	for _, w := range procs {
+	return nil
+}
+
+// results reads each worker's result, closes its input and waits for
+// every worker to exit.
+func (f *fleet) results() ([]workerResult, error) {
+	var out []workerResult
+	for _, w := range f.procs {
 		line, err := w.expect("result ", 60*time.Second)
 		if err != nil {
-			return r, err
+			return out, err
 		}
 		var res workerResult
 		if err := json.Unmarshal([]byte(line), &res); err != nil {
-			return r, fmt.Errorf("worker %d result: %w", w.id, err)
+			return out, fmt.Errorf("worker %d result: %w", w.id, err)
 		}
-		r.Workers = append(r.Workers, res)
+		out = append(out, res)
 		_ = w.stdin.Close()
 	}
-	waits.Wait()
-	for i, err := range exits {
+	f.waits.Wait()
+	for i, err := range f.exits {
 		if err != nil {
-			return r, fmt.Errorf("worker %d: %w", i, err)
+			return out, fmt.Errorf("worker %d: %w", i, err)
 		}
 	}
-	if b.proxy != nil {
-		after := b.proxy.Stats()
-		r.Proxy = faultproxy.Stats{Conns: after.Conns - before.Conns, DialErrors: after.DialErrors - before.DialErrors,
-			Refused: after.Refused - before.Refused, Requests: after.Requests - before.Requests, Replies: after.Replies - before.Replies,
-			Dropped: after.Dropped - before.Dropped, Silenced: after.Silenced - before.Silenced, Spiked: after.Spiked - before.Spiked, ResetRequest: after.ResetRequest - before.ResetRequest,
-			ResetReply: after.ResetReply - before.ResetReply, Killed: after.Killed - before.Killed}
-	}
+	return out, nil
+}
+
+// statsSince is the proxy's counts from before to after.
+func statsSince(before, after faultproxy.Stats) faultproxy.Stats {
+	return faultproxy.Stats{Conns: after.Conns - before.Conns, DialErrors: after.DialErrors - before.DialErrors,
+		Refused: after.Refused - before.Refused, Requests: after.Requests - before.Requests, Replies: after.Replies - before.Replies,
+		Dropped: after.Dropped - before.Dropped, Silenced: after.Silenced - before.Silenced, Spiked: after.Spiked - before.Spiked, ResetRequest: after.ResetRequest - before.ResetRequest,
+		ResetReply: after.ResetReply - before.ResetReply, Killed: after.Killed - before.Killed}
+}
+
+// sum fills r's totals from its workers' results, with the bounds the
+// run's elapsed time allows under cfg.
+func (r *row) sum(cfg config) {
 	var deltaShared, unexplained int64
 	for _, w := range r.Workers {
 		r.Requests += w.Requests
@@ -479,11 +552,11 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 			r.CloseErrors = append(r.CloseErrors, fmt.Sprintf("worker %d: %s", w.ID, w.CloseError))
 		}
 	}
-	if mode != modeMemory {
+	if r.Mode != modeMemory {
 		r.Unattributed = r.Admitted - r.RedisAllowed - r.LeaseLocal - r.FallbackAllowed - r.FailOpenAdmit + unexplained
 	}
 	r.TokCharged = r.Admitted*cfg.Estimate + deltaShared
-	if mode == modeMemory {
+	if r.Mode == modeMemory {
 		// No shared store: every reconcile went to its process's own
 		// buckets; charge each admission its usage, as one exact bucket
 		// seeing every reconcile would.
@@ -495,10 +568,6 @@ func (b *bench) runOne(ctx context.Context, sc scenario, mode string) (row, erro
 	}
 	r.ReqBound = min(exactBound(cfg.RPM, r.Elapsed), dayBound(cfg.DayRequests, r.Elapsed), monthBound(cfg.MonthRequests))
 	r.TokBound = exactBound(cfg.TPM, r.Elapsed)
-	if r.Other > 0 {
-		return r, fmt.Errorf("%d responses neither 200 nor 429", r.Other)
-	}
-	return r, nil
 }
 
 // redisServer is the redis-server the benchmark runs, on a free loopback

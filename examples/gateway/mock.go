@@ -33,12 +33,7 @@ type chatRequest struct {
 
 func (m *mockProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p := m.refuse429Prefix; p != "" && strings.HasPrefix(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), p) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After", "30")
-		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
-		w.Header().Set("X-Ratelimit-Reset-Requests", "30s")
-		w.WriteHeader(http.StatusTooManyRequests)
-		_, _ = io.WriteString(w, `{"error":{"message":"Rate limit reached for requests (mock).","type":"requests","param":null,"code":"rate_limit_exceeded"}}`)
+		refuse429(w)
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -59,21 +54,58 @@ func (m *mockProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req.Model == "" {
 		req.Model = "mock-gpt"
 	}
-	prompt := max(1, len(body)/4)
+	c := completion{id: fmt.Sprintf("chatcmpl-mock%d", time.Now().UnixNano()), model: req.Model, prompt: max(1, len(body)/4), words: m.answer()}
+	if !req.Stream {
+		c.write(w)
+		return
+	}
+	m.stream(w, r, c, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+}
+
+// refuse429 answers as OpenAI does when its own rate limit refuses.
+func refuse429(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", "30")
+	w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+	w.Header().Set("X-Ratelimit-Reset-Requests", "30s")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = io.WriteString(w, `{"error":{"message":"Rate limit reached for requests (mock).","type":"requests","param":null,"code":"rate_limit_exceeded"}}`)
+}
+
+// answer returns the mock's answer: m.words words.
+func (m *mockProvider) answer() []string {
 	words := make([]string, m.words)
 	for i := range words {
 		words[i] = [...]string{"rate", "limits", "keep", "gateways", "honest"}[i%5]
 	}
-	id := fmt.Sprintf("chatcmpl-mock%d", time.Now().UnixNano())
-	if !req.Stream {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
-			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": strings.Join(words, " ")}, "finish_reason": "stop"}},
-			"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": len(words), "total_tokens": prompt + len(words)},
-		})
-		return
-	}
+	return words
+}
+
+// completion is one mock answer: its id, model, prompt size in tokens
+// and words (one token each).
+type completion struct {
+	id, model string
+	prompt    int
+	words     []string
+}
+
+func (c completion) usage() map[string]any {
+	return map[string]any{"prompt_tokens": c.prompt, "completion_tokens": len(c.words), "total_tokens": c.prompt + len(c.words)}
+}
+
+// write answers c in one JSON body.
+func (c completion) write(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"id": c.id, "object": "chat.completion", "created": time.Now().Unix(), "model": c.model,
+		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": strings.Join(c.words, " ")}, "finish_reason": "stop"}},
+		"usage":   c.usage(),
+	})
+}
+
+// stream answers c as server-sent events, a word a chunk (m.delay apart),
+// with a final usage chunk when the request asked for it (withUsage).
+func (m *mockProvider) stream(w http.ResponseWriter, r *http.Request, c completion, withUsage bool) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
@@ -84,17 +116,16 @@ func (m *mockProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
-	withUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	chunk := func(delta map[string]any, finish any) map[string]any {
-		c := map[string]any{"id": id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": req.Model,
+		ch := map[string]any{"id": c.id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": c.model,
 			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
 		if withUsage {
-			c["usage"] = nil
+			ch["usage"] = nil
 		}
-		return c
+		return ch
 	}
 	send(chunk(map[string]any{"role": "assistant", "content": ""}, nil))
-	for i, word := range words {
+	for i, word := range c.words {
 		if i > 0 {
 			word = " " + word
 		}
@@ -109,8 +140,8 @@ func (m *mockProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	send(chunk(map[string]any{}, "stop"))
 	if withUsage {
-		send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": req.Model, "choices": []any{},
-			"usage": map[string]any{"prompt_tokens": prompt, "completion_tokens": len(words), "total_tokens": prompt + len(words)}})
+		send(map[string]any{"id": c.id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": c.model, "choices": []any{},
+			"usage": c.usage()})
 	}
 	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 }
