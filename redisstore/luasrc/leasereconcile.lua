@@ -5,15 +5,21 @@
 -- workspace lease returned ("" = none), the unused parts returned first
 -- (kr, kt, wr, wt), the key lease returned ("" = none).
 -- Returns 1 when applied, 0 when already applied under its identity.
-if KEYS[5] and not redis.call("SET", KEYS[5], "1", "NX", "PX", ARGV[11]) then return 0 end
+-- The leases sent back are returned either way: a repeat sent later (the
+-- limiter's retry) carries the leases this process held then, which it
+-- has given up; a lease already returned (a resend of the same call)
+-- credits nothing again, since a return names the lease it returns.
+local applied = not KEYS[5] or redis.call("SET", KEYS[5], "1", "NX", "PX", ARGV[11])
+if not applied and ARGV[12] == "" and ARGV[17] == "" then return 0 end
 --#include reconcileargs.lua
 --#include adjustleased.lua
 local w, wl = lload(KEYS[2], KEYS[4], now, wrr, wtr, ARGV[12], tonumber(ARGV[15]), tonumber(ARGV[16]))
-adjust(w, wa, 2 * wtr, wl[2], 2 * wrr, wl[1])
+if applied then adjust(w, wa, 2 * wtr, wl[2], 2 * wrr, wl[1]) end
 lstore(KEYS[2], w, wrr, wtr, wl[3], now)
 if ARGV[9] ~= "1" then
   local k, kl = lload(KEYS[1], KEYS[3], now, krr, ktr, ARGV[17], tonumber(ARGV[13]), tonumber(ARGV[14]))
-  adjust(k, ka, 2 * ktr, kl[2], 2 * krr, kl[1])
+  if applied then adjust(k, ka, 2 * ktr, kl[2], 2 * krr, kl[1]) end
   lstore(KEYS[1], k, krr, ktr, kl[3], now)
 end
-return 1
+if applied then return 1 end
+return 0
