@@ -295,7 +295,16 @@ func (l *Limiter) admit(r *http.Request, a *admission) (ok bool) {
 			req.MaxWait = l.cfg.maxWait
 		}
 	}
-	if err := l.decide(ctx, a, &req); err != nil {
+	var err error
+	if l.mem != nil {
+		// In process: no reply can be lost, so the ID (set under a gauge)
+		// only names the slots its reconcile releases, and no identity
+		// record is kept for it.
+		a.d, err = l.mem.admitAny(&req)
+	} else {
+		err = l.decide(ctx, a, &req)
+	}
+	if err != nil {
 		l.failOpen(a, "admit", &StoreError{Op: "admit", Err: err})
 		return false
 	}
@@ -343,13 +352,15 @@ func (l *Limiter) estimate(r *http.Request, a *admission) {
 	}
 }
 
-// admitRequest fills req with a's admission as of the limiter's clock
-// (read now, into a.now), with an ID under a gauge; MaxWait is the
+// admitRequest fills req, zero, with a's admission as of the limiter's
+// clock (read now, into a.now), with an ID under a gauge; MaxWait is the
 // caller's.
 func (l *Limiter) admitRequest(a *admission, req *AdmitRequest) {
 	a.now = l.cfg.clock()
-	*req = AdmitRequest{Key: a.key, Workspace: a.ws, Model: a.entry, KeyLimits: a.kl, WorkspaceLimits: a.wl,
-		Tokens: a.est, InputTokens: a.input, Solo: a.solo, Now: a.now, Reserve: a.reserve}
+	// Field by field into the caller's zero request: a composite literal
+	// through the pointer is built aside, then copied.
+	req.Key, req.Workspace, req.Model, req.KeyLimits, req.WorkspaceLimits = a.key, a.ws, a.entry, a.kl, a.wl
+	req.Tokens, req.InputTokens, req.Solo, req.Now, req.Reserve = a.est, a.input, a.solo, a.now, a.reserve
 	req.KeyPlan, req.WorkspacePlan = a.pk, a.pw
 	if a.kl.ConcurrentRequests > 0 || a.wl.ConcurrentRequests > 0 || a.pk != nil && (a.pk.ConcurrentRequests > 0 || a.pw.ConcurrentRequests > 0) {
 		// Its slots are released by the reconcile carrying this identity.
@@ -359,18 +370,11 @@ func (l *Limiter) admitRequest(a *admission, req *AdmitRequest) {
 	}
 }
 
-// decide asks the store to decide req, into a.d: the memory store in
-// process, any other through the store call (timeout, retries), with an
-// identity, and again without a max wait when it makes no reservations.
+// decide asks a store other than the memory store to decide req, into
+// a.d: through the store call (timeout, retries), with an identity, and
+// again without a max wait when it makes no reservations.
 func (l *Limiter) decide(ctx context.Context, a *admission, req *AdmitRequest) error {
 	var err error
-	if l.mem != nil {
-		// In process: no reply can be lost, so the ID (set under a gauge)
-		// only names the slots its reconcile releases, and no identity
-		// record is kept for it.
-		a.d, err = l.mem.admitAny(req)
-		return err
-	}
 	if req.ID == "" {
 		req.ID = NewAdmissionID()
 		a.id = req.ID
