@@ -592,6 +592,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	if !s.direct {
 		s.slots = make(chan struct{}, maxGuarded)
+		s.log.Warn("redisstore: the client lacks ContextTimeoutEnabled: each call runs on a goroutine of its own, and a reply lost on a connection that stays open holds that connection until the client's ReadTimeout; build the client with ContextTimeoutEnabled: true")
 	}
 	s.macs.New = func() any { return &mac{h: hmac.New(sha256.New, s.hashKey)} }
 	if c.leasesSet {
