@@ -402,8 +402,8 @@ const (
 // (err is nil: none was made, and hedged makes the first).
 //
 // The attempt's context ends at its wait (internal/deadline: a timer
-// shared with the calls ending in the same millisecond), not only its
-// deadline: go-redis waits for a connection being dialed, and sleeps
+// shared with the calls ending in the same millisecond) or its caller's
+// end, not only at its deadline: go-redis waits for a connection being dialed, and sleeps
 // between retries of its own, until the context is done, whatever its
 // deadline says. With the deadline alone, an attempt waiting on a dial
 // whose handshake was lost, or on a retry's backoff, waited out the whole
@@ -417,8 +417,9 @@ func (s *Store) inline(ctx context.Context, now time.Time, script *redis.Script,
 		return nil, nil, false // too little time to wait and send again: hedged makes the first attempt
 	}
 	// Rounded down to the millisecond: waits of the same length share
-	// their timer's slot (deadline.Bound rounds the end up to Grain).
-	actx, r := deadline.Bound(ctx, now, max(d.Truncate(deadline.Grain), hedgeMinDelay))
+	// their timer's slot (deadline rounds the end up to Grain). Within,
+	// not Bound: the attempt ends at its caller's cancellation too.
+	actx, r := deadline.Within(ctx, now, max(d.Truncate(deadline.Grain), hedgeMinDelay))
 	v, err = s.attempt(actx, now, script, keys, args)
 	r.Release()
 	if err == nil || ctx.Err() != nil || !timedOut(err) && !lostReply(err) {

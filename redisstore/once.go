@@ -2,8 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -77,7 +75,7 @@ func (o onceScripter) eval(ctx context.Context, name, payload string, keys []str
 		cmd.SetFirstKeyPos(3)
 	}
 	_ = o.c.Process(ctx, onceCmd{cmd})
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") && !errors.Is(err, redis.ErrNoScript) {
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd.SetErr(redis.ErrNoScript)
 	}
 	return cmd

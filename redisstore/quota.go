@@ -349,6 +349,9 @@ func gaugeFigures(kl, wl, kp, wp llmrate.Limits, solo bool) (kc, wc, pkc, pwc in
 // batched nor decided on a lease; with maxWait -1 it is a peek (Peek):
 // levels only, nothing written.
 func (s *Store) admitQ(ctx context.Context, r llmrate.AdmitRequest, peek bool) (llmrate.Decision, error) {
+	// One WithTimeout for both sends: the second is no call of its own.
+	ctx, rel := s.bound(ctx, time.Now())
+	defer rel.Release()
 	d, err := s.admitQOnce(ctx, r, peek)
 	if errors.Is(err, errSkew) && s.clock == nil {
 		// The skewed call applied nothing, and its reply taught the store

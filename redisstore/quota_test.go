@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/llmrate/llmrate"
+	"github.com/llmrate/llmrate/internal/faultproxy"
+	"github.com/llmrate/llmrate/internal/redistest"
 	"github.com/llmrate/llmrate/internal/redistest/redisrig"
 	"github.com/llmrate/llmrate/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -628,4 +630,29 @@ func TestQuotaNoReservationRunningIntoTheNextPeriod(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 3, n, "the new day holds its 3")
+}
+
+// TestSkewResendWithinWithTimeout: a skewed admission's second send
+// shares the first's WithTimeout: a caller with no deadline of its own is
+// never held past it, even when each reply takes 200 ms of a 300 ms
+// WithTimeout (the second send is then cut at the deadline). The resend
+// once had a WithTimeout of its own: 422 ms.
+func TestSkewResendWithinWithTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redisrig.Proxy(t, srv.Addr, 1)
+	c := redisrig.NewClient(t, &redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	s := redisrig.Store(t, c, redisstore.WithBatching(1), redisstore.WithTimeout(300*time.Millisecond))
+	lim := withWindows(roomy, llmrate.Window{Calendar: llmrate.CalendarDay, Zone: time.UTC, Requests: 10})
+	r := llmrate.AdmitRequest{Key: "sk-skew", Workspace: "acme", KeyLimits: lim, WorkspaceLimits: roomy, Tokens: 1}
+	require.True(t, admit(t, s, r).Allowed) // the server's time learned
+	require.NoError(t, p.Set(faultproxy.Faults{SpikeReply: 1, Spike: 200 * time.Millisecond}))
+	s.SawServer(time.Now().Add(-72 * time.Hour))
+	fresh := r
+	fresh.Key = "sk-skew-fresh" // a bucket that needs a period
+	t0 := time.Now()
+	_, err := s.Admit(context.Background(), fresh)
+	took := time.Since(t0)
+	t.Logf("err: %v", err) // a timeout, the second send cut at WithTimeout, is the bounded outcome
+	assert.Equal(t, int64(1), s.Skews())
+	assert.Less(t, took, 300*time.Millisecond+50*time.Millisecond, "the admission held its caller past WithTimeout")
 }

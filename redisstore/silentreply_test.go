@@ -540,3 +540,42 @@ func TestCallWithoutIdentityNotRerunByGoRedis(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(2000-3), d.Remaining[llmrate.WorkspaceRequests], "debited once, not once per retry")
 }
+
+// TestInlineAttemptEndsAtCallerCancel: a direct caller of the store
+// cancels its context 20 ms into a call whose inline first attempt waits
+// for the pool's one connection (held by a BLPOP until 60 ms; the inline
+// wait is 100 ms). The call ends at the cancellation with
+// context.Canceled, and nothing is debited for a caller that gave up: the
+// attempt's context ends at its wait or its caller's end, whichever is
+// first.
+func TestInlineAttemptEndsAtCallerCancel(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redisrig.NewClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 1})
+	prefix := redisrig.Prefix()
+	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(time.Second))
+	for range 2100 { // the delay learned: first attempts inline
+		_, err := s.Admit(context.Background(), soloReq("sk-learn", 0))
+		require.NoError(t, err)
+	}
+	held := make(chan struct{})
+	go func() { // holds the pool's one connection until the push below
+		defer close(held)
+		_ = c.BLPop(context.Background(), 2*time.Second, prefix+"-held").Err()
+	}()
+	other := redisrig.Client(t, srv.Addr)
+	time.AfterFunc(60*time.Millisecond, func() { other.LPush(context.Background(), prefix+"-held", "x") })
+	for c.PoolStats().IdleConns != 0 {
+		runtime.Gosched()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	t0 := time.Now()
+	_, err := s.Admit(ctx, soloReq("sk-cancel", 100))
+	took := time.Since(t0)
+	<-held
+	assert.ErrorIs(t, err, context.Canceled, "the caller cancelled at 20 ms")
+	assert.Less(t, took, 50*time.Millisecond, "the call ended at its caller's cancellation")
+	d, err := probeStore(t, other, prefix).Admit(context.Background(), soloReq("sk-cancel", 100))
+	require.NoError(t, err)
+	assert.Equal(t, int64(2000-1), d.Remaining[llmrate.WorkspaceRequests], "nothing debited for the caller that gave up")
+}
