@@ -72,12 +72,21 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 	hugeTiers := llmrate.TierTable{Free: huge, Developer: huge, Team: huge, Growth: huge, Scale: huge, Enterprise: huge}
 	noop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 
+	var on func(b *testing.B, c *redis.Client, wrap bool, share float64, batch int, timeout time.Duration, opts ...llmrate.Option) (func(key string) error, func())
 	// middleware returns an op serving one request for a key through a
 	// fresh limiter on a fresh prefix, and a func closing it.
 	// batch 0: the default. timeout: the store's and the limiter's
 	// timeouts (WithTimeout, WithStoreTimeout); 0 leaves both at their
 	// defaults (30 ms and 50 ms).
 	withTimeouts := func(b *testing.B, wrap bool, share float64, batch int, timeout time.Duration, opts ...llmrate.Option) (func(key string) error, func()) {
+		return on(b, c, wrap, share, batch, timeout, opts...)
+	}
+	// A go-redis client at its defaults but for the pool's size: no
+	// ContextTimeoutEnabled (each store call on a goroutine of its own),
+	// go-redis's MaxRetries.
+	cdef := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128})
+	b.Cleanup(func() { _ = cdef.Close() })
+	on = func(b *testing.B, c *redis.Client, wrap bool, share float64, batch int, timeout time.Duration, opts ...llmrate.Option) (func(key string) error, func()) {
 		ropts := []redisstore.Option{redisstore.WithHashKey([]byte("bench-secret-0123456789")), redisstore.WithPrefix("b" + strconv.FormatInt(prefix.Add(1), 10))}
 		if timeout > 0 {
 			ropts = append(ropts, redisstore.WithTimeout(timeout))
@@ -169,25 +178,35 @@ func BenchmarkMiddlewareRedis(b *testing.B) {
 		{"hot/plain-INCR", true, plain(func(key string) error { return c.Incr(ctx, key).Err() })},
 	}
 	// paired: llmrate-middleware-direct and redis_rate in the same run,
-	// taking turns (below), each on a fresh prefix as above.
-	for _, g := range []int{1, 16, 64} {
-		b.Run("distinct/paired/goroutines="+strconv.Itoa(g), func(b *testing.B) {
-			prefix.Add(1)
-			op, done := middleware(b, false, 0, 0)
-			defer done()
-			rrPrefix := "rr" + strconv.FormatInt(prefix.Load(), 10)
-			var n atomic.Int64
-			key := func() string { return keys[n.Add(1)%int64(len(keys))] }
-			runPaired(b, g, func() {
-				if err := op(key()); err != nil {
-					b.Error(err)
-				}
-			}, func() {
-				if _, err := rr.Allow(ctx, rrPrefix+key(), rrFree); err != nil {
-					b.Error(err)
-				}
+	// taking turns (below), each on a fresh prefix as above; "paired" on
+	// the client above (ContextTimeoutEnabled), "paired-default-client" on
+	// cdef, both sides, each store warmed first (warmStore).
+	rrDef := redis_rate.NewLimiter(cdef)
+	for _, pc := range []struct {
+		name string
+		c    *redis.Client
+		rr   *redis_rate.Limiter
+	}{{"paired", c, rr}, {"paired-default-client", cdef, rrDef}} {
+		for _, g := range []int{1, 16, 64} {
+			b.Run("distinct/"+pc.name+"/goroutines="+strconv.Itoa(g), func(b *testing.B) {
+				prefix.Add(1)
+				op, done := on(b, pc.c, false, 0, 0, time.Second)
+				defer done()
+				warmStore(b, op)
+				rrPrefix := "rr" + strconv.FormatInt(prefix.Load(), 10)
+				var n atomic.Int64
+				key := func() string { return keys[n.Add(1)%int64(len(keys))] }
+				runPaired(b, g, func() {
+					if err := op(key()); err != nil {
+						b.Error(err)
+					}
+				}, func() {
+					if _, err := pc.rr.Allow(ctx, rrPrefix+key(), rrFree); err != nil {
+						b.Error(err)
+					}
+				})
 			})
-		})
+		}
 	}
 	for _, bm := range benches {
 		for _, g := range []int{1, 16, 64} {
