@@ -455,15 +455,70 @@ func (p *jsonScan) afterQuote(b []byte, i int) int {
 		p.beginValue(c)
 		return i + 2
 	}
-	if c == 'n' || isDigit(c) {
-		// a number or null read on here, then on to the next name
+	if isDigit(c) {
+		return p.memberNumber(b, i+1)
+	}
+	if c == 'n' || c == 't' || c == 'f' {
+		return p.memberLiteral(b, i+1)
+	}
+	if c == '-' {
 		p.beginValue(c)
-		if p.state == sNum {
-			return p.inNumber(b, i+2)
-		}
-		return p.inLiteral(b, i+2)
+		return p.inNumber(b, i+2)
 	}
 	return i + 1
+}
+
+// memberNumber reads a member's number value starting at b[i]. A plain
+// integer of at most 18 digits ended within b by ',', '}' or ']' (nearly
+// every number a response carries) is taken in one loop with its value
+// kept in a register; anything else (a fraction, an exponent, a leading
+// zero followed by a digit, a number cut by the end of b) goes through
+// beginValue and inNumber, which validate it byte by byte.
+func (p *jsonScan) memberNumber(b []byte, i int) int {
+	j := i + 1
+	if b[i] != '0' {
+		for j < len(b) && isDigit(b[j]) {
+			j++
+		}
+	}
+	if j >= len(b) || j-i > 18 || (b[j] != ',' && b[j] != '}' && b[j] != ']') {
+		p.beginValue(b[i])
+		return p.inNumber(b, i+1)
+	}
+	p.text = false
+	if p.pend == pField {
+		var v int64
+		for _, c := range b[i:j] {
+			v = v*10 + int64(c-'0')
+		}
+		p.setField(stOK, v)
+	}
+	p.valueDone()
+	return p.nextKey(b, j)
+}
+
+// memberLiteral reads a member's true, false or null value starting at
+// b[i]: compared as one word when b holds it whole, else byte by byte
+// (beginValue, inLiteral).
+func (p *jsonScan) memberLiteral(b []byte, i int) int {
+	if len(b)-i >= 5 {
+		var lit string
+		switch w := binary.LittleEndian.Uint32(b[i:]); {
+		case w == 'n'|'u'<<8|'l'<<16|'l'<<24:
+			lit = "null"
+		case w == 't'|'r'<<8|'u'<<16|'e'<<24:
+			lit = "true"
+		case w == 'f'|'a'<<8|'l'<<16|'s'<<24 && b[i+4] == 'e':
+			lit = "false"
+		}
+		if lit != "" {
+			p.text, p.lit = false, lit
+			p.endLiteral()
+			return p.nextKey(b, i+len(lit))
+		}
+	}
+	p.beginValue(b[i])
+	return p.inLiteral(b, i+1)
 }
 
 // afterOpen is the fast path past an opening bracket: a member name's
