@@ -318,27 +318,165 @@ func (p *jsonScan) write(b []byte) {
 // through an object's strings (name, ':', string value, ',', next name…)
 // without returning to the dispatcher.
 func (p *jsonScan) inString(b []byte, i int) int {
-	for {
-		// jsonrun.Plain, its first two words tested here: most member
-		// names and many values end within them.
-		var j int
-		if len(b)-i >= 16 {
-			if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-				j = i + bits.TrailingZeros64(m)/8
-			} else if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i+8:])); m != 0 {
-				j = i + 8 + bits.TrailingZeros64(m)/8
-			} else {
-				j = i + 16 + jsonrun.Plain(b[i+16:])
+	for i < len(b) {
+		if p.isKey && p.keyLen == 0 && !p.keyOver {
+			// a member name from its first byte: members, while the
+			// object's members lie whole in b
+			if i = p.members(b, i); p.state != sStr {
+				return i
 			}
-		} else if len(b)-i >= 8 {
-			if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-				j = i + bits.TrailingZeros64(m)/8
-			} else {
-				j = i + 8 + jsonrun.Plain(b[i+8:])
-			}
-		} else {
-			j = i + jsonrun.Plain(b[i:])
 		}
+		if i = p.stringPart(b, i); p.state != sStr {
+			return i
+		}
+	}
+	return i
+}
+
+// plainEnd returns the index of the first byte of b at or after i that is
+// not plain string content (jsonrun.Plain, its first two words tested
+// here: most member names and many values end within them), or len(b).
+func plainEnd(b []byte, i int) int {
+	for j := i; j+8 <= len(b); j += 8 {
+		if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[j : j+8])); m != 0 {
+			return j + bits.TrailingZeros64(m)/8
+		}
+		if j-i == 24 {
+			return j + 8 + jsonrun.Plain(b[j+8:])
+		}
+	}
+	return i + jsonrun.Plain(b[i:])
+}
+
+// members reads an object's members from b[i], the first byte of a member
+// name (beginKey's state), for as long as each lies whole in b in the
+// usual shape: a name without escapes, ':' at once, then a value that is a
+// plain string, a plain integer, a literal, or a container whose first
+// member follows at once; members then follow one another after ',', and
+// an object's close goes through afterValue. The state is kept in
+// registers until it returns; where the shape ends it sets the state the
+// general path (stringPart, the dispatcher) goes on from.
+func (p *jsonScan) members(b []byte, i int) int {
+	for {
+		// the name: its first word tested here (most names end within
+		// it), its nameWord that word masked
+		var j int
+		var w uint64
+		if i+8 > len(b) {
+			return i
+		}
+		w = binary.LittleEndian.Uint64(b[i : i+8])
+		if m := jsonrun.Stops(w); m != 0 {
+			n := bits.TrailingZeros64(m) / 8
+			j, w = i+n, w&wordMasks[n]
+		} else {
+			j = plainEnd(b, i+8)
+		}
+		if j+2 >= len(b) || b[j] != '"' {
+			return i // the name unread: stringPart reads it
+		}
+		name := b[i:j]
+		p.strCap, p.isKey = capNone, false
+		p.pend, p.text = pNone, false
+		if h := memberHash(w, len(name)); memberIndex[h] != 0 {
+			p.onKey(h, name, w)
+		}
+		if b[j+1] != ':' {
+			p.state = sColon
+			return j + 1
+		}
+		i = j + 2
+		switch c := b[i]; {
+		case c == '"' && p.pend == pNone:
+			i++
+			if i+8 > len(b) {
+				j = plainEnd(b, i)
+			} else if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
+				j = i + bits.TrailingZeros64(m)/8
+			} else {
+				j = plainEnd(b, i+8)
+			}
+			if j == len(b) || b[j] != '"' {
+				p.state, p.counting, p.hi, p.text = sStr, p.text, false, false
+				return i
+			}
+			if p.text {
+				p.doc.gen += int64(j - i)
+				p.text = false
+			}
+			p.valueDone()
+			i = j + 1
+		case isDigit(c):
+			j = i + 1
+			if c != '0' {
+				for j < len(b) && isDigit(b[j]) {
+					j++
+				}
+			}
+			if j == len(b) || j-i > 18 || (b[j] != ',' && b[j] != '}' && b[j] != ']') {
+				p.beginValue(c)
+				return p.inNumber(b, i+1)
+			}
+			p.text = false
+			if p.pend == pField {
+				var v int64
+				for _, d := range b[i:j] {
+					v = v*10 + int64(d-'0')
+				}
+				p.setField(stOK, v)
+			}
+			p.valueDone()
+			i = j
+		case c == 'n' || c == 't' || c == 'f':
+			lit := ""
+			if len(b)-i >= 5 {
+				switch w := binary.LittleEndian.Uint32(b[i:]); {
+				case w == 'n'|'u'<<8|'l'<<16|'l'<<24:
+					lit = "null"
+				case w == 't'|'r'<<8|'u'<<16|'e'<<24:
+					lit = "true"
+				case w == 'f'|'a'<<8|'l'<<16|'s'<<24 && b[i+4] == 'e':
+					lit = "false"
+				}
+			}
+			if lit == "" {
+				p.beginValue(c)
+				return p.inLiteral(b, i+1)
+			}
+			p.text, p.lit = false, lit
+			p.endLiteral()
+			i += len(lit)
+		case c == '{' || c == '[':
+			p.beginValue(c)
+			if i++; p.state == sObjFirst && i < len(b) && b[i] == '"' {
+				p.beginKey()
+				i++
+				continue
+			}
+			return p.afterOpen(b, i)
+		default:
+			p.state = sValue
+			return i
+		}
+		// after a scalar member value, at b[i]
+		if i+1 < len(b) && b[i] == ',' && b[i+1] == '"' && p.state == sAfterValue {
+			p.beginKey()
+			i += 2
+			continue
+		}
+		if i = p.afterValue(b, i); p.state != sStr || !p.isKey {
+			return i
+		}
+	}
+}
+
+// stringPart reads one string from b[i] (or the part of it in b), the
+// general path: escapes, captured strings, a name or value cut by the end
+// of b. After a value string it goes on through afterValue as far as the
+// next member name's first byte.
+func (p *jsonScan) stringPart(b []byte, i int) int {
+	for {
+		j := plainEnd(b, i)
 		if p.counting && j > i {
 			p.doc.gen += int64(j - i)
 			p.hi = false
@@ -376,7 +514,7 @@ func (p *jsonScan) inString(b []byte, i int) int {
 			p.valueDone()
 			i = p.nextKey(b, j+1)
 		}
-		if p.state != sStr {
+		if p.state != sStr || p.isKey && p.keyLen == 0 {
 			return i
 		}
 	}
