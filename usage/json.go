@@ -149,12 +149,10 @@ type docState struct {
 }
 
 func (d *docState) reset() {
-	for s := 0; d.dirty != 0; s++ {
-		if d.dirty&(1<<s) != 0 {
-			d.slots[s].reportState = reportState{}
-			d.dirty &^= 1 << s
-		}
+	for m := d.dirty; m != 0; m &= m - 1 {
+		d.slots[bits.TrailingZeros16(m)].reportState = reportState{}
 	}
+	d.dirty = 0
 	d.str[strType].n, d.str[strType].over, d.str[strType].ok = 0, false, false
 	d.str[strEventType].n, d.str[strEventType].over, d.str[strEventType].ok = 0, false, false
 	d.done, d.rootObj = false, false
@@ -214,12 +212,17 @@ type jsonScan struct {
 
 	doc docState
 	acc *accumulator
+	// clean: nothing was written since resetDoc, so init need not
+	// reset again (Finish's end reset the document just before Reset).
+	clean bool
 }
 
 func (p *jsonScan) init(acc *accumulator, allowArrayDocs bool) {
 	p.acc = acc
 	p.allowArrayDocs = allowArrayDocs
-	p.resetDoc()
+	if !p.clean {
+		p.resetDoc()
+	}
 }
 
 // resetDoc prepares for a new document.
@@ -230,6 +233,7 @@ func (p *jsonScan) resetDoc() {
 	p.pend, p.text, p.counting = pNone, false, false
 	p.elemAt, p.elemObjAt = 0, 0
 	p.doc.reset()
+	p.clean = true
 }
 
 // node returns the tracked node of the object at the current depth.
@@ -284,6 +288,7 @@ func skipSpace(b []byte, i int) int {
 // write feeds document bytes. Each state is a method that consumes what it
 // can from b[i:] (its own fast path included) and returns where it stopped.
 func (p *jsonScan) write(b []byte) {
+	p.clean = false
 	for i := 0; i < len(b); {
 		switch p.state {
 		case sStr:
