@@ -481,7 +481,20 @@ func (p *jsonScan) members(b []byte, i int) int {
 // next member name's first byte.
 func (p *jsonScan) stringPart(b []byte, i int) int {
 	for {
-		j := plainEnd(b, i)
+		// plainEnd, its first two words tested here: the runs between a
+		// long string's escapes are often short.
+		var j int
+		if len(b)-i >= 16 {
+			if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				j = i + bits.TrailingZeros64(m)/8
+			} else if m := jsonrun.Stops(binary.LittleEndian.Uint64(b[i+8:])); m != 0 {
+				j = i + 8 + bits.TrailingZeros64(m)/8
+			} else {
+				j = plainEnd(b, i+16)
+			}
+		} else {
+			j = plainEnd(b, i)
+		}
 		if p.counting && j > i {
 			p.doc.gen += int64(j - i)
 			p.hi = false
