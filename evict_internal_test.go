@@ -30,10 +30,10 @@ func TestLimiterUnsubscribesWhenCollected(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}()
-	require.Eventually(t, func() bool { runtime.GC(); return s.evict.len() == 1 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { runtime.GC(); return s.t.Subscribers() == 1 }, 10*time.Second, 10*time.Millisecond,
 		"the three dropped limiters' observers are unsubscribed")
 	require.NoError(t, keep.Close(context.Background()))
-	assert.Zero(t, s.evict.len(), "Close unsubscribes")
+	assert.Zero(t, s.t.Subscribers(), "Close unsubscribes")
 }
 
 // TestIncomparableSubscriptionsEnd: 1,000 limiters over one store, each
@@ -46,7 +46,7 @@ func TestIncomparableSubscriptionsEnd(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Close(context.Background()))
 	}
-	assert.Zero(t, s.evict.len())
+	assert.Zero(t, s.t.Subscribers())
 }
 
 type funcObserver func()

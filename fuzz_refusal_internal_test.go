@@ -50,7 +50,7 @@ func FuzzRefusalChangesNothing(f *testing.F) {
 		need := [4]int64{1, n, 1, n}
 		fits := true
 		for i, b := range before {
-			fits = fits && b.level >= need[i]
+			fits = fits && b.Level >= need[i]
 		}
 		if d.Allowed != fits {
 			t.Fatalf("allowed %v with levels %+v for %d tokens", d.Allowed, before, n)
@@ -62,7 +62,7 @@ func FuzzRefusalChangesNothing(f *testing.F) {
 			return
 		}
 		for i := range after {
-			if after[i].frac != before[i].frac || after[i].level != before[i].level-need[i] {
+			if after[i].Frac != before[i].Frac || after[i].Level != before[i].Level-need[i] {
 				t.Fatalf("admission of %d tokens: bucket %v went %+v → %+v", n, Bucket(i), before[i], after[i])
 			}
 		}

@@ -3,6 +3,7 @@ package llmrate
 import (
 	"context"
 	"fmt"
+	"github.com/llmrate/llmrate/internal/memstore"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -89,7 +90,7 @@ func (k *privateKey) use(t *testing.T, s *MemoryStore, now time.Time) bool {
 // entry.
 func TestMemoryStoreConcurrentExact(t *testing.T) {
 	const goroutines, ops, privates = 6, 2500, 4
-	s := NewMemoryStore(WithMaxKeys(4 * memShards))
+	s := NewMemoryStore(WithMaxKeys(4 * memstore.Shards))
 	now := time.Unix(1_700_000_000, 0)
 	ctx := context.Background()
 	lim := Limits{RequestsPerMinute: 1_000_000, TokensPerMinute: 60} // 1 token a second, burst 120
@@ -281,35 +282,8 @@ func TestMemoryStoreConcurrentSweeps(t *testing.T) {
 // entry left locked.
 func checkTables(t *testing.T, s *MemoryStore) {
 	t.Helper()
-	for _, shards := range []*[memShards]memShard{&s.keys, &s.ws} {
-		for i := range shards {
-			sh := &shards[i]
-			sh.mu.Lock()
-			live := 0
-			for idx := range sh.t.top {
-				e := sh.t.at(idx)
-				if e.lk.Load()&1 != 0 {
-					t.Errorf("shard %d: entry %d left locked", i, idx)
-					continue
-				}
-				if e.h == 0 {
-					continue
-				}
-				live++
-				if sh.t.get(e.h) != e {
-					t.Errorf("shard %d: entry %d not found by get", i, idx)
-				}
-				if got := sh.t.lookup(e.h); got != e {
-					t.Errorf("shard %d: entry %d not found by lookup", i, idx)
-				} else {
-					got.unlock()
-				}
-			}
-			if live != sh.t.n {
-				t.Errorf("shard %d: %d live entries, count says %d", i, live, sh.t.n)
-			}
-			sh.mu.Unlock()
-		}
+	for _, err := range s.t.Check() {
+		t.Error(err)
 	}
 }
 
@@ -404,7 +378,7 @@ func TestHotKeyOneProc(t *testing.T) {
 func TestEvictionWaitsForAHeldEntry(t *testing.T) {
 	for _, solo := range []bool{true, false} {
 		t.Run(fmt.Sprintf("solo=%v", solo), func(t *testing.T) {
-			s := NewMemoryStore(WithMaxKeys(memShards))
+			s := NewMemoryStore(WithMaxKeys(memstore.Shards))
 			now := time.Unix(1_700_000_000, 0)
 			ctx := context.Background()
 			lim := Limits{RequestsPerMinute: 10, TokensPerMinute: 100}
@@ -429,7 +403,7 @@ func TestEvictionWaitsForAHeldEntry(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				for i := range 4 * memShards {
+				for i := range 4 * memstore.Shards {
 					k := fmt.Sprintf("flood-%d", i)
 					_, _ = s.Admit(ctx, AdmitRequest{Key: k, Workspace: k, KeyLimits: lim, WorkspaceLimits: lim, Tokens: 1, Solo: solo, Now: now})
 					if !solo {
@@ -441,7 +415,7 @@ func TestEvictionWaitsForAHeldEntry(t *testing.T) {
 			// Give the flood time to reach the held entries (not a wait for
 			// refill: the test holds whatever the timing).
 			for range 50 {
-				if flooded.Load() >= 4*memShards {
+				if flooded.Load() >= 4*memstore.Shards {
 					break
 				}
 				time.Sleep(time.Millisecond)
@@ -450,13 +424,13 @@ func TestEvictionWaitsForAHeldEntry(t *testing.T) {
 			// less the admission's 1) goes to -200.
 			rec := ReconcileRequest{Key: key, Workspace: ws, KeyLimits: lim, WorkspaceLimits: lim, Estimate: 1, Actual: 400, Solo: solo, Now: now}
 			reconcileEntry(we, &rec, WorkspaceTokens, lim)
-			we.settle(&lim)
+			we.Settle(lim.RequestsPerMinute, lim.TokensPerMinute)
 			if solo {
-				we.release(wsh.epoch.Load())
+				we.Release(wsh.Epoch())
 			} else {
 				reconcileEntry(ke, &rec, KeyTokens, lim)
-				ke.settle(&lim)
-				releasePair(ks, wsh, ke, we)
+				ke.Settle(lim.RequestsPerMinute, lim.TokensPerMinute)
+				memstore.ReleasePair(ks, wsh, ke, we)
 			}
 			<-done
 			got := s.Levels(key, ws, lim, lim, now)

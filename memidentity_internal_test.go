@@ -32,12 +32,8 @@ func TestLimiterFillsMemoryIDTable(t *testing.T) {
 	}
 	records := 0
 	if tb := store.ids.Load(); tb != nil {
-		for i := range tb.shards {
-			sh := &tb.shards[i]
-			sh.mu.Lock()
-			records += sh.admits.Len() + sh.recons.Len()
-			sh.mu.Unlock()
-		}
+		admits, recons, _ := tb.Counts()
+		records = admits + recons
 	}
 	if records != 0 {
 		t.Errorf("after %d gauged requests through the limiter the memory store holds %d identity records; its doc says the limiter sends none", n, records)

@@ -2,6 +2,7 @@ package llmrate
 
 import (
 	"context"
+	"github.com/llmrate/llmrate/internal/memstore"
 	"math"
 	"time"
 	"unsafe"
@@ -26,36 +27,6 @@ var (
 // decides its rolling windows, per-minute buckets, gauges and reserve in
 // the same step.
 //
-// Calendar and session windows are kept apart from the rolling windows
-// (memwindow.go), in each shard's quota sets, by the hash of the entry they
-// belong to, as the rolling windows are: a bucket holds what was spent in
-// its period (or open session), not a level, so that a changed figure
-// keeps what was spent. A set is dropped only once none of its buckets
-// holds anything for a period still in force: it is never evicted (a
-// period's spend is kept like a debt, see MemoryStore).
-
-// quotaSet is the calendar and session buckets of one entry hash.
-type quotaSet struct {
-	last int64 // the latest clock reading seen: periods never go back
-	// full is the clock reading from which no bucket holds anything (the
-	// latest end of a period or session with spend, or of an open session).
-	full int64
-	b    []quotaBucket
-}
-
-// quotaBucket is one calendar or session window meter: spent in [start,
-// end), the period (or the open session; end 0: none open, or no period
-// computed yet).
-type quotaBucket struct {
-	meter      uint8 // the index of its meter in WindowMeters' rows
-	cal        Calendar
-	session    bool
-	per        int64  // a session's Per
-	zone       string // a calendar's zone name
-	spent      int64
-	start, end int64
-}
-
 // isQuota reports whether w is a calendar or a session window.
 func isQuota(w Window) bool { return w.Calendar != NoCalendar || w.Session }
 
@@ -123,107 +94,6 @@ func entryLimits(l Limits) Limits {
 	return l
 }
 
-// lookup returns the bucket of meter m of window w (its identity: meter,
-// Calendar, Session, Per and the zone's name), nil if absent.
-func (qs *quotaSet) lookup(m uint8, w *Window) *quotaBucket {
-	zone := zoneName(w.Zone)
-	for i := range qs.b {
-		q := &qs.b[i]
-		if q.meter == m && q.cal == w.Calendar && q.session == w.Session && q.per == int64(w.Per) && q.zone == zone {
-			return q
-		}
-	}
-	return nil
-}
-
-// find returns the bucket of meter m of window w, created empty if absent.
-func (qs *quotaSet) find(m uint8, w *Window) *quotaBucket {
-	if q := qs.lookup(m, w); q != nil {
-		return q
-	}
-	zone := zoneName(w.Zone)
-	qs.b = append(qs.b, quotaBucket{meter: m, cal: w.Calendar, session: w.Session, per: int64(w.Per), zone: zone})
-	return &qs.b[len(qs.b)-1]
-}
-
-// at brings q to the store's clock now (at least the set's latest
-// reading): a calendar bucket into the period holding now (empty when that
-// is a new one: a period that ended in debt leaves the next one full), a
-// session closed once its end has passed.
-func (s *MemoryStore) at(q *quotaBucket, w *Window, now int64) {
-	if q.session {
-		if q.end != 0 && now >= q.end {
-			q.spent, q.start, q.end = 0, 0, 0
-		}
-		return
-	}
-	if q.end != 0 && now < q.end {
-		return
-	}
-	start, end := s.cal.Period(calendar.Kind(w.Calendar), w.Zone, time.Unix(0, now))
-	q.spent, q.start, q.end = 0, start.UnixNano(), end.UnixNano()
-}
-
-// open opens q's session at now if none is open.
-func (q *quotaBucket) open(now int64) {
-	if q.session && q.end == 0 {
-		q.start, q.end = now, now+q.per
-	}
-}
-
-// add adds delta to what q spent, bounded as a rolling bucket's level is:
-// at most 3 × fig (the level floored at −2 × capacity), at least 0 (never
-// more than full).
-func (q *quotaBucket) add(delta, fig int64) {
-	q.spent = min(max(q.spent+delta, 0), max(q.spent, 3*fig))
-}
-
-// settle records when no bucket of qs holds anything any more.
-func (qs *quotaSet) settle() {
-	if qs == nil {
-		return
-	}
-	qs.full = qs.last
-	for i := range qs.b {
-		if q := &qs.b[i]; q.end != 0 && (q.spent != 0 || q.session) {
-			qs.full = max(qs.full, q.end)
-		}
-	}
-}
-
-// quotaSetOf returns the quota set of entry hash h in sh, created empty if
-// absent (nil when absent and windows holds none), its clock at least now.
-// The caller holds sh.mu. Creating one may first drop the sets that hold
-// nothing any more (lossless); a set is never evicted: at the bound the
-// shard goes beyond it (ev.over), as for a debt.
-func quotaSetOf(sh *memShard, bound int, h uint64, windows []Window, now int64, ev *evicted) *quotaSet {
-	if qs := sh.quotas[h]; qs != nil {
-		qs.last = max(qs.last, now)
-		return qs
-	}
-	if !hasQuota(windows) {
-		return nil
-	}
-	if sh.quotas == nil {
-		sh.quotas = make(map[uint64]*quotaSet)
-		sh.quotaSweepAt = minSweep
-	}
-	if len(sh.quotas) >= sh.quotaSweepAt {
-		for k, qs := range sh.quotas {
-			if now >= qs.full {
-				delete(sh.quotas, k)
-			}
-		}
-		sh.quotaSweepAt = max(minSweep, 2*len(sh.quotas))
-	}
-	if len(sh.quotas) >= bound {
-		ev.over++ // beyond the bound: a period's spend is kept like a debt
-	}
-	qs := &quotaSet{last: now, full: now}
-	sh.quotas[h] = qs
-	return qs
-}
-
 // qStage is one bucket of a quota-path decision: a per-minute or rolling
 // window bucket (b), or a calendar or session bucket (q).
 type qStage struct {
@@ -243,9 +113,9 @@ type qStage struct {
 // have is the stage's level now.
 func (st *qStage) have() int64 {
 	if st.q != nil {
-		return st.cap - st.q.spent
+		return st.cap - st.q.Spent
 	}
-	return st.b.level
+	return st.b.Level
 }
 
 // wait is the stage's exact time until it holds need, capped (a per-minute
@@ -260,11 +130,11 @@ func (st *qStage) wait(now int64) (capped, exact time.Duration, never bool) {
 		case st.have() >= st.need:
 			return 0, 0, false
 		}
-		d := time.Duration(st.q.end - now)
+		d := time.Duration(st.q.End - now)
 		return d, d, false
 	}
 	c := max(MaxRetryAfter, time.Duration(st.period))
-	w, never := st.b.pwait(st.need, st.rate, st.cap, c+1, st.period)
+	w, never := st.b.PWait(st.need, st.rate, st.cap, c+1, st.period)
 	return min(w, c), w, never
 }
 
@@ -284,7 +154,7 @@ func (ss *shardSet) lock(keys, wss [2]*memShard) {
 		var prev *memShard
 		for _, sh := range group {
 			if sh != nil && sh != prev {
-				sh.mu.Lock()
+				sh.Mu.Lock()
 				ss.held[ss.n] = sh
 				ss.n++
 			}
@@ -296,7 +166,7 @@ func (ss *shardSet) lock(keys, wss [2]*memShard) {
 // unlock releases the shards, in the reverse order.
 func (ss *shardSet) unlock() {
 	for i := ss.n - 1; i >= 0; i-- {
-		ss.held[i].mu.Unlock()
+		ss.held[i].Mu.Unlock()
 	}
 }
 
@@ -336,55 +206,55 @@ type quotaCall struct {
 func (s *MemoryStore) lockQuota(c *quotaCall, key, workspace, model string, kl, wl Limits, solo, lent bool, now int64) {
 	*c = quotaCall{s: s, now: now, solo: solo, lent: lent && model != ""}
 	if solo {
-		c.wh = s.workspaceHash(workspace, model)
-		c.wsh = &s.ws[shardIndex(c.wh)]
+		c.wh = s.t.WorkspaceHash(workspace, model)
+		c.wsh = s.t.WorkspaceShard(c.wh)
 		c.kl = entryLimits(wl)
 		wss := [2]*memShard{c.wsh}
 		if c.lent {
-			c.wh0 = s.workspaceHash(workspace, "")
-			c.ws0 = &s.ws[shardIndex(c.wh0)]
+			c.wh0 = s.t.WorkspaceHash(workspace, "")
+			c.ws0 = s.t.WorkspaceShard(c.wh0)
 			wss[1] = c.ws0
 		}
 		c.shards.lock([2]*memShard{}, wss)
-		c.ke = getEntry(c.wsh, s.perShard, c.wh, &c.kl, now, &c.ev)
-		c.ke.advance(now, &c.kl)
-		c.ke.mark.setSolo(true)
+		c.ke = c.wsh.GetEntry(s.t.Bound(), c.wh, c.kl.RequestsPerMinute, c.kl.TokensPerMinute, now, &c.ev)
+		c.ke.Advance(now, c.kl.RequestsPerMinute, c.kl.TokensPerMinute)
+		c.ke.SetSolo(true)
 		return
 	}
-	c.pk, c.wh = s.hashes(key, workspace, model)
-	c.ks, c.wsh = s.shards(c.pk, c.wh)
+	c.pk, c.wh = s.t.Hashes(key, workspace, model)
+	c.ks, c.wsh = s.t.Shards(c.pk, c.wh)
 	c.kl, c.wl = entryLimits(kl), entryLimits(wl)
 	keys, wss := [2]*memShard{c.ks}, [2]*memShard{c.wsh}
 	if c.lent {
-		c.pk0, c.wh0 = s.hashes(key, workspace, "")
-		c.ks0, c.ws0 = s.shards(c.pk0, c.wh0)
+		c.pk0, c.wh0 = s.t.Hashes(key, workspace, "")
+		c.ks0, c.ws0 = s.t.Shards(c.pk0, c.wh0)
 		keys[1], wss[1] = c.ks0, c.ws0
 	}
 	c.shards.lock(keys, wss)
-	c.ke = getEntry(c.ks, s.perShard, c.pk, &c.kl, now, &c.ev)
-	c.we = getEntry(c.wsh, s.perShard, c.wh, &c.wl, now, &c.ev)
-	c.ke.advance(now, &c.kl)
-	c.we.advance(now, &c.wl)
-	c.we.mark.setSolo(false)
+	c.ke = c.ks.GetEntry(s.t.Bound(), c.pk, c.kl.RequestsPerMinute, c.kl.TokensPerMinute, now, &c.ev)
+	c.we = c.wsh.GetEntry(s.t.Bound(), c.wh, c.wl.RequestsPerMinute, c.wl.TokensPerMinute, now, &c.ev)
+	c.ke.Advance(now, c.kl.RequestsPerMinute, c.kl.TokensPerMinute)
+	c.we.Advance(now, c.wl.RequestsPerMinute, c.wl.TokensPerMinute)
+	c.we.SetSolo(false)
 }
 
 // done settles the window sets fetched and the entries, releases
 // everything and counts evictions.
 func (c *quotaCall) done() {
 	for i := range c.nsets {
-		c.wsets[i].settle()
-		c.qsets[i].settle()
+		c.wsets[i].Settle(4 * MaxWindow)
+		c.qsets[i].Settle()
 	}
 	if c.solo {
-		c.ke.settle(&c.kl)
-		c.ke.release(c.wsh.epoch.Load())
+		c.ke.Settle(c.kl.RequestsPerMinute, c.kl.TokensPerMinute)
+		c.ke.Release(c.wsh.Epoch())
 	} else {
-		c.ke.settle(&c.kl)
-		c.we.settle(&c.wl)
-		releasePair(c.ks, c.wsh, c.ke, c.we)
+		c.ke.Settle(c.kl.RequestsPerMinute, c.kl.TokensPerMinute)
+		c.we.Settle(c.wl.RequestsPerMinute, c.wl.TokensPerMinute)
+		memstore.ReleasePair(c.ks, c.wsh, c.ke, c.we)
 	}
 	c.shards.unlock()
-	c.s.noteEvictions(c.ev)
+	c.s.t.Note(c.ev)
 }
 
 // sets returns the rolling window set and the quota set of hash h in sh
@@ -410,13 +280,13 @@ func (c *quotaCall) sets(sh *memShard, h uint64, windows []Window, last int64, a
 	if !admission {
 		at = nil // a reconcile only what it charges (reconcileQuotaWindows)
 	}
-	ws := winSetOf(sh, c.s.perShard, h, roll, at, c.now, last, &c.ev)
+	ws := winSetOf(sh, c.s.t.Bound(), h, roll, at, c.now, last, &c.ev)
 	if ws != nil {
-		ws.full, ws.debt = math.MaxInt64, true // settle sets both
+		ws.Full, ws.Debt = math.MaxInt64, true // settle sets both
 	}
-	qs := quotaSetOf(sh, c.s.perShard, h, windows, c.now, &c.ev)
+	qs := quotaSetOf(sh, c.s.t.Bound(), h, windows, c.now, &c.ev)
 	if qs != nil {
-		qs.full = math.MaxInt64 // settle sets it
+		qs.Full = math.MaxInt64 // settle sets it
 	}
 	c.wsets[c.nsets], c.qsets[c.nsets] = ws, qs
 	c.nsets++
@@ -436,24 +306,24 @@ func (g *stager) perMinute(b *bucket, fig, need int64, name Bucket, rem *int64) 
 	if fig == Unlimited {
 		return
 	}
-	g.st = append(g.st, qStage{b: b, need: need, debit: need, rate: fig, cap: 2 * fig, period: minute, bucket: name, level: rem})
+	g.st = append(g.st, qStage{b: b, need: need, debit: need, rate: fig, cap: 2 * fig, period: memstore.Minute, bucket: name, level: rem})
 }
 
 // windows adds the stages of windows (scope 0: the key's meters, 1: the
 // workspace's) in sets ws (rolling) and qs (calendar and session),
 // reporting to levels.
 func (g *stager) windows(windows []Window, scope int, ws *winSet, qs *quotaSet, lent bool, levels []WindowLevels) {
-	now := max(g.c.now, qsLast(qs))
-	// Create the missing rolling buckets first: stages point into ws.b,
-	// which creating may move (and the quota buckets likewise into qs.b).
+	now := max(g.c.now, memstore.LastOf(qs))
+	// Create the missing rolling buckets first: stages point into ws.B,
+	// which creating may move (and the quota buckets likewise into qs.B).
 	for i := range windows {
 		w := &windows[i]
 		for m, b := range WindowMeters()[scope] {
 			if f := w.Figure(b); f > 0 {
 				if isQuota(*w) {
-					g.c.s.at(qs.find(uint8(m), w), w, now)
+					g.c.s.t.At(qs.Find(uint8(m), quotaID(w)), w.Zone, now)
 				} else {
-					ws.find(uint8(m), int64(w.Per), f, ws.last)
+					ws.Find(uint8(m), int64(w.Per), f, ws.Last)
 				}
 			}
 		}
@@ -467,9 +337,9 @@ func (g *stager) windows(windows []Window, scope int, ws *winSet, qs *quotaSet, 
 			}
 			s := qStage{w: w, rate: f, cap: f, period: uint64(w.Per), bucket: b, lent: lent, levels: &levels[i]}
 			if isQuota(*w) {
-				s.q = qs.find(uint8(m), w)
+				s.q = qs.Find(uint8(m), quotaID(w))
 			} else {
-				s.b = &ws.find(uint8(m), int64(w.Per), f, ws.last).bucket
+				s.b = &ws.Find(uint8(m), int64(w.Per), f, ws.Last).Bucket
 			}
 			switch m {
 			case 0:
@@ -484,13 +354,6 @@ func (g *stager) windows(windows []Window, scope int, ws *winSet, qs *quotaSet, 
 			g.st = append(g.st, s)
 		}
 	}
-}
-
-func qsLast(qs *quotaSet) int64 {
-	if qs == nil {
-		return 0
-	}
-	return qs.last
 }
 
 // quotaGauge is one gauge of a quota-path decision.
@@ -521,7 +384,7 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 		holder = c.wsh
 	}
 	if r.ID != "" {
-		if _, dup := holder.held[r.ID]; dup {
+		if holder.Holds(r.ID) {
 			return Decision{}, errHeldID
 		}
 	}
@@ -534,16 +397,16 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 	gauges := gbuf[:0]
 	if r.Solo {
 		lim := r.WorkspaceLimits
-		g.perMinute(&c.ke.req, lim.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
-		g.perMinute(&c.ke.tok, lim.TokensPerMinute, r.Tokens, KeyTokens, &d.Remaining[KeyTokens])
+		g.perMinute(&c.ke.Req, lim.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
+		g.perMinute(&c.ke.Tok, lim.TokensPerMinute, r.Tokens, KeyTokens, &d.Remaining[KeyTokens])
 		var plan Limits
 		if c.lent {
 			plan = wp
-			pws, pqs := c.sets(c.ws0, c.wh0, plan.Windows, c.ke.last, true)
+			pws, pqs := c.sets(c.ws0, c.wh0, plan.Windows, c.ke.Last, true)
 			wpl = make([]WindowLevels, len(plan.Windows))
 			g.windows(plan.Windows, 0, pws, pqs, true, wpl)
 		}
-		ws, qs := c.sets(c.wsh, c.wh, lim.Windows, c.ke.last, true)
+		ws, qs := c.sets(c.wsh, c.wh, lim.Windows, c.ke.Last, true)
 		wls = make([]WindowLevels, len(lim.Windows))
 		g.windows(lim.Windows, 0, ws, qs, false, wls)
 		if plan.ConcurrentRequests > 0 {
@@ -554,10 +417,10 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 		}
 		kls, kpl = wls, wpl
 	} else {
-		g.perMinute(&c.ke.req, r.KeyLimits.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
-		g.perMinute(&c.ke.tok, r.KeyLimits.TokensPerMinute, r.Tokens, KeyTokens, &d.Remaining[KeyTokens])
-		g.perMinute(&c.we.req, r.WorkspaceLimits.RequestsPerMinute, 1, WorkspaceRequests, &d.Remaining[WorkspaceRequests])
-		g.perMinute(&c.we.tok, r.WorkspaceLimits.TokensPerMinute, r.Tokens, WorkspaceTokens, &d.Remaining[WorkspaceTokens])
+		g.perMinute(&c.ke.Req, r.KeyLimits.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
+		g.perMinute(&c.ke.Tok, r.KeyLimits.TokensPerMinute, r.Tokens, KeyTokens, &d.Remaining[KeyTokens])
+		g.perMinute(&c.we.Req, r.WorkspaceLimits.RequestsPerMinute, 1, WorkspaceRequests, &d.Remaining[WorkspaceRequests])
+		g.perMinute(&c.we.Tok, r.WorkspaceLimits.TokensPerMinute, r.Tokens, WorkspaceTokens, &d.Remaining[WorkspaceTokens])
 		for scope, sd := range [2]struct {
 			sh, psh *memShard
 			h, ph   uint64
@@ -567,8 +430,8 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 			levels  *[]WindowLevels
 			plevels *[]WindowLevels
 		}{
-			{c.ks, c.ks0, c.pk, c.pk0, &r.KeyLimits, &kp, c.ke.last, &kls, &kpl},
-			{c.wsh, c.ws0, c.wh, c.wh0, &r.WorkspaceLimits, &wp, c.we.last, &wls, &wpl},
+			{c.ks, c.ks0, c.pk, c.pk0, &r.KeyLimits, &kp, c.ke.Last, &kls, &kpl},
+			{c.wsh, c.ws0, c.wh, c.wh0, &r.WorkspaceLimits, &wp, c.we.Last, &wls, &wpl},
 		} {
 			if c.lent {
 				pws, pqs := c.sets(sd.psh, sd.ph, sd.plan.Windows, sd.last, true)
@@ -598,7 +461,7 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 		}
 	}
 	for i := range gauges {
-		gauges[i].held = gauges[i].sh.inFlight[gauges[i].h]
+		gauges[i].held = gauges[i].sh.InFlight(gauges[i].h)
 	}
 	if r.Reserve > 0 {
 		for i := range g.st {
@@ -620,7 +483,7 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 		}
 		st.levels.set(st.bucket, st.have())
 		if st.q != nil {
-			st.levels.Reset = st.q.end
+			st.levels.Reset = st.q.End
 		}
 	}
 	if r.Solo {
@@ -637,19 +500,19 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 	if d.Allowed && len(gauges) > 0 {
 		var hs heldSlots
 		for _, q := range gauges {
-			q.sh.take(q.h)
+			q.sh.Take(q.h)
 			switch {
 			case q.lent && q.bucket == WorkspaceConcurrent:
-				hs.wp, hs.haveWP = q.h, true
+				hs.WP, hs.HaveWP = q.h, true
 			case q.lent:
-				hs.kp, hs.haveKP = q.h, true
+				hs.KP, hs.HaveKP = q.h, true
 			case q.bucket == WorkspaceConcurrent:
-				hs.ws, hs.haveWS = q.h, true
+				hs.WS, hs.HaveWS = q.h, true
 			default:
-				hs.key, hs.haveKey = q.h, true
+				hs.Key, hs.HaveKey = q.h, true
 			}
 		}
-		holder.hold(r.ID, hs)
+		holder.Hold(r.ID, hs)
 	}
 	return d, nil
 }
@@ -679,10 +542,10 @@ func (s *MemoryStore) decideQuota(d *Decision, st []qStage, gauges []quotaGauge,
 	debit := func() {
 		for i := range st {
 			if q := st[i].q; q != nil {
-				q.open(now)
-				q.spent += st[i].debit
+				q.Open(now)
+				q.Spent += st[i].debit
 			} else {
-				st[i].b.level -= st[i].debit
+				st[i].b.Level -= st[i].debit
 			}
 		}
 	}
@@ -747,9 +610,9 @@ func crossesEnd(st []qStage, now int64, wait time.Duration) bool {
 		if q == nil {
 			continue
 		}
-		end := q.end
-		if q.session && end <= now {
-			end = now + q.per // the session this admission would open
+		end := q.End
+		if q.Session && end <= now {
+			end = now + q.Per // the session this admission would open
 		}
 		if end > 0 && now+int64(wait) >= end {
 			return true
@@ -785,16 +648,16 @@ func (s *MemoryStore) reconcileQuota(r ReconcileRequest) {
 		holder = c.wsh
 		reconcileLimited(c.ke, r, WorkspaceTokens, r.WorkspaceLimits)
 		if c.lent {
-			sides = append(sides, side{c.ws0, c.wh0, &wp, 0, c.ke.last})
+			sides = append(sides, side{c.ws0, c.wh0, &wp, 0, c.ke.Last})
 		}
-		sides = append(sides, side{c.wsh, c.wh, &r.WorkspaceLimits, 0, c.ke.last})
+		sides = append(sides, side{c.wsh, c.wh, &r.WorkspaceLimits, 0, c.ke.Last})
 	} else {
 		reconcileLimited(c.ke, r, KeyTokens, r.KeyLimits)
 		reconcileLimited(c.we, r, WorkspaceTokens, r.WorkspaceLimits)
 		if c.lent {
-			sides = append(sides, side{c.ks0, c.pk0, &kp, 0, c.ke.last}, side{c.ws0, c.wh0, &wp, 1, c.we.last})
+			sides = append(sides, side{c.ks0, c.pk0, &kp, 0, c.ke.Last}, side{c.ws0, c.wh0, &wp, 1, c.we.Last})
 		}
-		sides = append(sides, side{c.ks, c.pk, &r.KeyLimits, 0, c.ke.last}, side{c.wsh, c.wh, &r.WorkspaceLimits, 1, c.we.last})
+		sides = append(sides, side{c.ks, c.pk, &r.KeyLimits, 0, c.ke.Last}, side{c.wsh, c.wh, &r.WorkspaceLimits, 1, c.we.Last})
 	}
 	for _, sd := range sides {
 		if len(sd.lim.Windows) == 0 {
@@ -803,18 +666,18 @@ func (s *MemoryStore) reconcileQuota(r ReconcileRequest) {
 		ws, qs := c.sets(sd.sh, sd.h, sd.lim.Windows, sd.last, false)
 		s.reconcileQuotaWindows(ws, qs, r, sd.lim.Windows, sd.scope, admitted)
 	}
-	if hs, ok := holder.unhold(r.ID); ok {
-		if hs.haveKey {
-			holder.give(hs.key)
+	if hs, ok := holder.Unhold(r.ID); ok {
+		if hs.HaveKey {
+			holder.Give(hs.Key)
 		}
-		if hs.haveWS {
-			c.wsh.give(hs.ws)
+		if hs.HaveWS {
+			c.wsh.Give(hs.WS)
 		}
-		if hs.haveKP {
-			shardOf(s, hs.kp, c.ks0, c.ws0, r.Solo).give(hs.kp)
+		if hs.HaveKP {
+			shardOf(s, hs.KP, c.ks0, c.ws0, r.Solo).Give(hs.KP)
 		}
-		if hs.haveWP {
-			c.ws0.give(hs.wp)
+		if hs.HaveWP {
+			c.ws0.Give(hs.WP)
 		}
 	}
 }
@@ -824,15 +687,15 @@ func (s *MemoryStore) reconcileQuota(r ReconcileRequest) {
 func reconcileLimited(e *entry, r ReconcileRequest, tok Bucket, lim Limits) {
 	if r.Refund {
 		if lim.RequestsPerMinute != Unlimited {
-			e.req.adjust(-1, 2*lim.RequestsPerMinute)
+			e.Req.Adjust(-1, 2*lim.RequestsPerMinute)
 		}
 		if lim.TokensPerMinute != Unlimited {
-			e.tok.adjust(-r.Estimate, 2*lim.TokensPerMinute)
+			e.Tok.Adjust(-r.Estimate, 2*lim.TokensPerMinute)
 		}
 		return
 	}
 	if lim.TokensPerMinute != Unlimited {
-		e.tok.adjust(r.BoundedActual(tok)-r.Estimate, 2*lim.TokensPerMinute)
+		e.Tok.Adjust(r.BoundedActual(tok)-r.Estimate, 2*lim.TokensPerMinute)
 	}
 }
 
@@ -852,7 +715,7 @@ func shardOf(_ *MemoryStore, _ uint64, ks0, ws0 *memShard, solo bool) *memShard 
 // still owed in the current one (opening a session at now if none is)
 // and drops a credit.
 func (s *MemoryStore) reconcileQuotaWindows(ws *winSet, qs *quotaSet, r ReconcileRequest, windows []Window, scope int, admitted int64) {
-	now := max(s0(qs), r.Now.UnixNano())
+	now := max(memstore.LastOf(qs), r.Now.UnixNano())
 	for i := range windows {
 		w := &windows[i]
 		for m, b := range WindowMeters()[scope] {
@@ -863,24 +726,24 @@ func (s *MemoryStore) reconcileQuotaWindows(ws *winSet, qs *quotaSet, r Reconcil
 			delta := r.WindowDelta(b, *w)
 			if !isQuota(*w) {
 				if delta != 0 { // as reconcileWindows: at the figure it last stored
-					wb := ws.find(uint8(m), int64(w.Per), f, ws.last)
-					wb.refill(r.Now.UnixNano())
-					wb.adjust(delta, wb.fig)
+					wb := ws.Find(uint8(m), int64(w.Per), f, ws.Last)
+					wb.Refill(r.Now.UnixNano())
+					wb.Adjust(delta, wb.Fig)
 				}
 				continue
 			}
-			q := qs.find(uint8(m), w)
-			s.at(q, w, now)
-			inForce := q.end != 0 && admitted >= q.start && admitted < q.end
+			q := qs.Find(uint8(m), quotaID(w))
+			s.t.At(q, w.Zone, now)
+			inForce := q.End != 0 && admitted >= q.Start && admitted < q.End
 			switch {
 			case inForce:
-				q.add(delta, f)
+				q.Add(delta, f)
 			case delta > 0:
-				if q.session && q.end == 0 {
-					openSession(qs, w, scope, now) // one session for all the window's meters
-					q = qs.find(uint8(m), w)       // creating the others may have moved it
+				if q.Session && q.End == 0 {
+					openSession(qs, w, scope, now)    // one session for all the window's meters
+					q = qs.Find(uint8(m), quotaID(w)) // creating the others may have moved it
 				}
-				q.add(delta, f)
+				q.Add(delta, f)
 			}
 		}
 	}
@@ -891,20 +754,13 @@ func (s *MemoryStore) reconcileQuotaWindows(ws *winSet, qs *quotaSet, r Reconcil
 func openSession(qs *quotaSet, w *Window, scope int, now int64) {
 	for m, b := range WindowMeters()[scope] {
 		if w.Figure(b) > 0 {
-			q := qs.find(uint8(m), w)
-			if q.end != 0 && now >= q.end {
-				q.spent, q.start, q.end = 0, 0, 0
+			q := qs.Find(uint8(m), quotaID(w))
+			if q.End != 0 && now >= q.End {
+				q.Spent, q.Start, q.End = 0, 0, 0
 			}
-			q.open(now)
+			q.Open(now)
 		}
 	}
-}
-
-func s0(qs *quotaSet) int64 {
-	if qs == nil {
-		return 0
-	}
-	return qs.last
 }
 
 // Peek implements Peeker: the levels Admit would find for r now, debiting
@@ -915,7 +771,7 @@ func (s *MemoryStore) Peek(_ context.Context, r AdmitRequest) (Decision, error) 
 	b := s.exactLevels(r.Key, r.Workspace, r.Model, entryLimits(r.KeyLimits), entryLimits(r.WorkspaceLimits), r.Now)
 	for i := range d.Remaining {
 		if Bucket(i).PerMinute(r.KeyLimits, r.WorkspaceLimits) != Unlimited {
-			d.Remaining[i] = b[i].level
+			d.Remaining[i] = b[i].Level
 		}
 	}
 	if r.Solo {
@@ -925,23 +781,23 @@ func (s *MemoryStore) Peek(_ context.Context, r AdmitRequest) (Decision, error) 
 	kp, wp := planOf(r.KeyPlan), planOf(r.WorkspacePlan)
 	var pk, wh, pk0, wh0 uint64
 	if r.Solo {
-		wh = s.workspaceHash(r.Workspace, r.Model)
-		wh0 = s.workspaceHash(r.Workspace, "")
-		d.WorkspaceWindows = s.peekWindows(&s.ws[shardIndex(wh)], wh, r.WorkspaceLimits.Windows, 0, now)
+		wh = s.t.WorkspaceHash(r.Workspace, r.Model)
+		wh0 = s.t.WorkspaceHash(r.Workspace, "")
+		d.WorkspaceWindows = s.peekWindows(s.t.WorkspaceShard(wh), wh, r.WorkspaceLimits.Windows, 0, now)
 		d.KeyWindows = d.WorkspaceWindows
 		if lent {
-			w := s.peekWindows(&s.ws[shardIndex(wh0)], wh0, wp.Windows, 0, now)
+			w := s.peekWindows(s.t.WorkspaceShard(wh0), wh0, wp.Windows, 0, now)
 			d.Plan = &PlanLevels{KeyWindows: w, WorkspaceWindows: w}
 		}
 		return d, nil
 	}
-	pk, wh = s.hashes(r.Key, r.Workspace, r.Model)
-	d.KeyWindows = s.peekWindows(&s.keys[shardIndex(pk)], pk, r.KeyLimits.Windows, 0, now)
-	d.WorkspaceWindows = s.peekWindows(&s.ws[shardIndex(wh)], wh, r.WorkspaceLimits.Windows, 1, now)
+	pk, wh = s.t.Hashes(r.Key, r.Workspace, r.Model)
+	d.KeyWindows = s.peekWindows(s.t.KeyShard(pk), pk, r.KeyLimits.Windows, 0, now)
+	d.WorkspaceWindows = s.peekWindows(s.t.WorkspaceShard(wh), wh, r.WorkspaceLimits.Windows, 1, now)
 	if lent {
-		pk0, wh0 = s.hashes(r.Key, r.Workspace, "")
-		d.Plan = &PlanLevels{KeyWindows: s.peekWindows(&s.keys[shardIndex(pk0)], pk0, kp.Windows, 0, now),
-			WorkspaceWindows: s.peekWindows(&s.ws[shardIndex(wh0)], wh0, wp.Windows, 1, now)}
+		pk0, wh0 = s.t.Hashes(r.Key, r.Workspace, "")
+		d.Plan = &PlanLevels{KeyWindows: s.peekWindows(s.t.KeyShard(pk0), pk0, kp.Windows, 0, now),
+			WorkspaceWindows: s.peekWindows(s.t.WorkspaceShard(wh0), wh0, wp.Windows, 1, now)}
 	}
 	return d, nil
 }
@@ -953,9 +809,9 @@ func (s *MemoryStore) peekWindows(sh *memShard, h uint64, windows []Window, scop
 		return nil
 	}
 	out := make([]WindowLevels, len(windows))
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	ws, qs := sh.wins[h], sh.quotas[h]
+	sh.Mu.Lock()
+	defer sh.Mu.Unlock()
+	ws, qs := sh.WinSetAt(h), sh.QuotaSetAt(h)
 	for i := range windows {
 		w := &windows[i]
 		for m, b := range WindowMeters()[scope] {
@@ -966,24 +822,24 @@ func (s *MemoryStore) peekWindows(sh *memShard, h uint64, windows []Window, scop
 			level := f
 			switch {
 			case isQuota(*w):
-				q := quotaBucket{cal: w.Calendar, session: w.Session, per: int64(w.Per)}
+				q := quotaBucket{Cal: calendar.Kind(w.Calendar), Session: w.Session, Per: int64(w.Per)}
 				at := now
 				if qs != nil {
-					if p := qs.lookup(uint8(m), w); p != nil {
+					if p := qs.Lookup(uint8(m), quotaID(w)); p != nil {
 						q = *p // a copy: Peek changes nothing
 					}
-					at = max(at, qs.last)
+					at = max(at, qs.Last)
 				}
-				s.at(&q, w, at)
-				level = f - q.spent
-				if q.session && q.end == 0 {
+				s.t.At(&q, w.Zone, at)
+				level = f - q.Spent
+				if q.Session && q.End == 0 {
 					break
 				}
-				out[i].Reset = q.end
+				out[i].Reset = q.End
 			case ws != nil:
-				for _, wb := range ws.b {
-					if wb.meter == uint8(m) && wb.per == int64(w.Per) {
-						level = peekRolling(wb, f, now)
+				for _, wb := range ws.B {
+					if wb.Meter == uint8(m) && wb.Per == int64(w.Per) {
+						level = memstore.PeekRolling(wb, f, now)
 						break
 					}
 				}
@@ -1014,29 +870,29 @@ func (s *MemoryStore) followQuotas(r *AdmitRequest, d *Decision) {
 	}
 	var sides []side
 	if r.Solo {
-		wh := s.workspaceHash(r.Workspace, r.Model)
-		sides = append(sides, side{&s.ws[shardIndex(wh)], wh, &r.WorkspaceLimits, d.WorkspaceWindows, 0})
+		wh := s.t.WorkspaceHash(r.Workspace, r.Model)
+		sides = append(sides, side{s.t.WorkspaceShard(wh), wh, &r.WorkspaceLimits, d.WorkspaceWindows, 0})
 		if lent {
-			wh0 := s.workspaceHash(r.Workspace, "")
-			sides = append(sides, side{&s.ws[shardIndex(wh0)], wh0, &wp, wpl, 0})
+			wh0 := s.t.WorkspaceHash(r.Workspace, "")
+			sides = append(sides, side{s.t.WorkspaceShard(wh0), wh0, &wp, wpl, 0})
 		}
 	} else {
-		pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
-		sides = append(sides, side{&s.keys[shardIndex(pk)], pk, &r.KeyLimits, d.KeyWindows, 0},
-			side{&s.ws[shardIndex(wh)], wh, &r.WorkspaceLimits, d.WorkspaceWindows, 1})
+		pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
+		sides = append(sides, side{s.t.KeyShard(pk), pk, &r.KeyLimits, d.KeyWindows, 0},
+			side{s.t.WorkspaceShard(wh), wh, &r.WorkspaceLimits, d.WorkspaceWindows, 1})
 		if lent {
-			pk0, wh0 := s.hashes(r.Key, r.Workspace, "")
-			sides = append(sides, side{&s.keys[shardIndex(pk0)], pk0, &kp, kpl, 0},
-				side{&s.ws[shardIndex(wh0)], wh0, &wp, wpl, 1})
+			pk0, wh0 := s.t.Hashes(r.Key, r.Workspace, "")
+			sides = append(sides, side{s.t.KeyShard(pk0), pk0, &kp, kpl, 0},
+				side{s.t.WorkspaceShard(wh0), wh0, &wp, wpl, 1})
 		}
 	}
 	for _, sd := range sides {
 		if !hasQuota(sd.lim.Windows) || len(sd.levels) != len(sd.lim.Windows) {
 			continue
 		}
-		sd.sh.mu.Lock()
+		sd.sh.Mu.Lock()
 		var ev evicted
-		qs := quotaSetOf(sd.sh, s.perShard, sd.h, sd.lim.Windows, now, &ev)
+		qs := quotaSetOf(sd.sh, s.t.Bound(), sd.h, sd.lim.Windows, now, &ev)
 		for i := range sd.lim.Windows {
 			w := &sd.lim.Windows[i]
 			if !isQuota(*w) {
@@ -1047,52 +903,13 @@ func (s *MemoryStore) followQuotas(r *AdmitRequest, d *Decision) {
 				if f == 0 {
 					continue
 				}
-				q := qs.find(uint8(m), w)
-				s.at(q, w, qs.last)
-				s.follow(q, w, max(f-sd.levels[i].Level(b), 0), sd.levels[i].ResetAt())
+				q := qs.Find(uint8(m), quotaID(w))
+				s.t.At(q, w.Zone, qs.Last)
+				s.t.Follow(q, w.Zone, max(f-sd.levels[i].Level(b), 0), sd.levels[i].ResetAt())
 			}
 		}
-		qs.settle()
-		sd.sh.mu.Unlock()
-		s.noteEvictions(ev)
+		qs.Settle()
+		sd.sh.Mu.Unlock()
+		s.t.Note(ev)
 	}
-}
-
-// follow lowers q to a reported spend in the period (or session) ending at
-// reset (zero: q's own period; for a session, none open there).
-func (s *MemoryStore) follow(q *quotaBucket, w *Window, spent int64, reset time.Time) {
-	if reset.IsZero() {
-		if !q.session {
-			q.spent = max(q.spent, spent)
-		}
-		return
-	}
-	end := reset.UnixNano()
-	switch {
-	case end == q.end:
-		q.spent = max(q.spent, spent)
-	case end > q.end:
-		start := end - q.per
-		if !q.session {
-			st, _ := s.cal.Period(calendar.Kind(w.Calendar), w.Zone, reset.Add(-time.Nanosecond))
-			start = st.UnixNano()
-		}
-		if q.session && q.end != 0 {
-			spent = max(spent, q.spent) // two sessions: give nothing back
-		}
-		q.spent, q.start, q.end = spent, start, end
-	}
-}
-
-// peekRolling is the level an admission at now under figure f would find
-// in wb (winSet.advance's rule, on a copy): full at f once time alone has
-// refilled it at its own figure, else refilled at f, clamped.
-func peekRolling(wb winBucket, f, now int64) int64 {
-	c := wb
-	if c.refill(now); c.level >= c.fig {
-		return f
-	}
-	wb.fig = f
-	wb.refill(now)
-	return wb.level
 }

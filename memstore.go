@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"math/bits"
-	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/llmrate/llmrate/internal/calendar"
+	"github.com/llmrate/llmrate/internal/memstore"
 )
 
 // DefaultMaxKeys is the memory store's default bound on tracked entries, per
@@ -30,20 +26,6 @@ import (
 // (bench/quota-flood-memory.txt) until their windows refill or their
 // periods end (a day for a daily window, a month for a monthly one).
 const DefaultMaxKeys = 1 << 20
-
-const (
-	memShards = 128 // a power of two, at most 128: shardIndex uses the top 7 bits
-	minSweep  = 64  // a shard smaller than this is never swept
-	// An idle entry whose buckets are not in debt is certainly full (and
-	// dropped without loss) after fullIdleSeconds under the figures it was
-	// last used with: capacity is 2 minutes of refill. An entry in debt
-	// records the exact time instead (entry.settle).
-	fullIdleSeconds = 120
-	// Candidates visited to choose a victim at the WithMaxKeys bound: up to
-	// evictSample entries not in debt, among at most evictVisit entries.
-	evictSample = 8
-	evictVisit  = 64
-)
 
 // MemoryStore is the default Store: per-process buckets in a sharded map,
 // a lock per entry. Deciding on a known key allocates nothing and takes no
@@ -90,141 +72,88 @@ const (
 // goes as the windows refill and the periods end. A limiter without
 // windows never creates any.
 type MemoryStore struct {
-	seed     maphash.Seed
-	perShard int
-	keys     [memShards]memShard // key entries, by pair hash (pairHash)
-	ws       [memShards]memShard // workspace entries, by workspace hash
-	lossy    atomic.Int64
-	over     atomic.Int64
-	evict    evictNotifier
-	maxTotal int
-	err      error                   // an invalid option, reported by Err
-	ids      atomic.Pointer[idTable] // identities seen (memidentity.go); nil until one is
-	cal      calendar.Cache          // calendar windows' periods (memquota.go)
+	t   memstore.Tables                        // entries, gauges, windows (internal/memstore)
+	err error                                  // an invalid option, reported by Err
+	ids atomic.Pointer[memstore.IDs[Decision]] // identities seen (memidentity.go); nil until one is
 }
 
-// entry holds the two buckets of one key (within its workspace) or of one
-// workspace. last is the latest clock reading seen: refill is computed from
-// it and a clock that moves backwards refills nothing.
-//
-// lk is the entry's lock (bit 0) and its place in the LRU order (the other
-// bits: the shard's epoch at its latest use, see shardState.epoch): one
-// 4-byte word for both keeps an entry at 56 bytes. Every field
-// but lk is read and written under the entry's lock; h is written under
-// the shard's lock too, so a writer holding the shard's lock may read any
-// entry's h without the entry's.
-type entry struct {
-	h    uint64 // the entry's hash in its table; 0 once deleted
-	last int64
-	req  bucket
-	tok  bucket
-	lk   atomic.Uint32
-	mark mark // when time alone refills the entry; the solo flag
-}
-
-// mark packs, in what would otherwise be padding (an entry stays 56 bytes),
-// the seconds after entry.last by which time alone refills both buckets to
-// full under the figures of the entry's latest admission or reconcile
-// (fullNever: not within 34 years, or not known to), in its top bit
-// whether a workspace entry was last used by a Solo request (it then holds
-// its key's buckets too), and in the next whether the entry holds only
-// levels another store reported (Follow) and nothing spent here since:
-// dropping it loses nothing that store does not hold.
-type mark uint32
-
-const (
-	markSolo     mark = 1 << 31
-	markFollowed mark = 1 << 30
-	fullNever         = 1<<30 - 1
+// The store's tables, under the names its decisions use: the machinery
+// lives in internal/memstore, which knows figures only as numbers; the
+// decisions here (this file, memwindow.go, memquota.go) read the contract's
+// types (AdmitRequest, Limits, Window) and answer a Decision.
+type (
+	entry       = memstore.Entry
+	memShard    = memstore.Shard
+	bucket      = memstore.Bucket
+	evicted     = memstore.Evicted
+	heldSlots   = memstore.HeldSlots
+	winSet      = memstore.WinSet
+	quotaSet    = memstore.QuotaSet
+	quotaBucket = memstore.QuotaBucket
 )
 
-func (m mark) solo() bool       { return m&markSolo != 0 }
-func (m mark) followed() bool   { return m&markFollowed != 0 }
-func (m mark) fullIn() int64    { return int64(m &^ (markSolo | markFollowed)) }
-func (m *mark) setSolo(on bool) { *m = *m&^markSolo | mark(boolBit(on))<<31 }
+// perMinute is l's per-minute figures, as an entry keeps them.
+func perMinute(l *Limits) memstore.Figures {
+	return memstore.Figures{Requests: l.RequestsPerMinute, Tokens: l.TokensPerMinute}
+}
 
-// setFullIn sets the seconds to full, and clears followed: it is set by an
-// admission's, a reconcile's or a fill's settling, which spend here.
-func (m *mark) setFullIn(s int64) { *m = *m&markSolo | mark(s) }
+// lock locks the entries of (key, workspace, model) and their shards:
+// memstore.Tables.Lock.
+func (s *MemoryStore) lock(key, workspace, model string, kl, wl *Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
+	pk, wh := s.t.Hashes(key, workspace, model)
+	return s.t.Lock(pk, wh, perMinute(kl), perMinute(wl), now)
+}
 
-func boolBit(b bool) uint32 {
-	if b {
-		return 1
+// pair returns the entries of (key, workspace, model), locked, without
+// their shards: memstore.Tables.Pair.
+func (s *MemoryStore) pair(key, workspace, model string, kl, wl *Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
+	pk, wh := s.t.Hashes(key, workspace, model)
+	return s.t.Pair(pk, wh, perMinute(kl), perMinute(wl), now)
+}
+
+// solo returns a Solo request's one entry and its shard, both locked:
+// memstore.Tables.Solo.
+func (s *MemoryStore) solo(workspace, model string, lim *Limits, now int64) (sh *memShard, e *entry, ev evicted) {
+	return s.t.Solo(s.t.WorkspaceHash(workspace, model), perMinute(lim), now)
+}
+
+// soloEntry is solo holding only the entry's lock: memstore.Tables.SoloEntry.
+func (s *MemoryStore) soloEntry(workspace, model string, lim *Limits, now int64) (sh *memShard, e *entry, ev evicted) {
+	return s.t.SoloEntry(s.t.WorkspaceHash(workspace, model), perMinute(lim), now)
+}
+
+// exactLevels is ModelLevels with each bucket's fraction.
+func (s *MemoryStore) exactLevels(key, workspace, model string, kl, wl Limits, now time.Time) [4]bucket {
+	return s.t.Levels(key, workspace, model, perMinute(&kl), perMinute(&wl), now)
+}
+
+// winSetOf is memstore.Shard.WinSetOf for windows (created when it has
+// any), an admission's buckets advanced to the figures of at (nil for a
+// reconcile).
+func winSetOf(sh *memShard, bound int, h uint64, windows, at []Window, now, last int64, ev *evicted) *winSet {
+	var fig memstore.FigureOf
+	if len(at) > 0 {
+		fig = func(per int64, m uint8) int64 {
+			for _, w := range at {
+				if int64(w.Per) == per {
+					return w.Figure(WindowMeters()[0][m])
+				}
+			}
+			return 0
+		}
 	}
-	return 0
+	return sh.WinSetOf(bound, h, len(windows) > 0, fig, now, last, ev)
 }
 
-type memShard struct {
-	shardState
-	_ [64 - unsafe.Sizeof(shardState{})%64]byte // keep shards on separate cache lines
+// quotaSetOf is memstore.Shard.QuotaSetOf, created when windows holds a
+// calendar or session window.
+func quotaSetOf(sh *memShard, bound int, h uint64, windows []Window, now int64, ev *evicted) *quotaSet {
+	return sh.QuotaSetOf(bound, h, hasQuota(windows), now, ev)
 }
 
-// The memory store's locks, in the order in which they are taken:
-//
-//  1. a key shard's mu, then
-//  2. a workspace shard's mu (held by writers: insert, delete, sweep,
-//     makeRoom; and by gauges and their held slots, IDs' paths, Levels,
-//     Len);
-//  3. a key entry's lock, then
-//  4. a workspace entry's lock.
-//
-// A decision on known entries (admit and reconcile without gauges or IDs)
-// takes only 3 and 4: it finds its entries without the shards' locks
-// (entryTable.lookup), holding at most one entry of each class at a time.
-// When one is missing it releases what it holds and starts again from 1
-// (the locked path, which creates the entry). Every entry field is read
-// and written under the entry's lock, whatever else is held.
-//
-// No deadlock: a goroutine waits for a lock only while holding none later
-// in the order, with one exception. A writer holding a shard's mu may wait
-// for an entry of that shard's table while holding others of it (makeRoom
-// keeps its two candidates locked while it visits more). Any other holder
-// of an entry of that table is then a decision (the rest need the mu),
-// which, holding it, waits only for an entry of a later class, whose
-// holder in turn waits only for one of a later class still, or for
-// nothing: so the writer's wait ends.
-//
-// An entry is deleted only under both its shard's mu and its own lock, so
-// a locked entry that still holds its hash is that hash's entry.
-type shardState struct {
-	mu sync.Mutex
-	t  entryTable
-	// epoch counts the shard's insertions: the LRU order. A use records it
-	// in the entry (entry.lk); entries used between two insertions are
-	// equally recent. Written under mu, read without (a read-only line for
-	// decisions on known keys, where a counter per use would be written by
-	// every decision).
-	epoch   atomic.Uint32
-	sweepAt int
-	// Gauges (Limits.ConcurrentRequests), apart from the entries: a gauge
-	// is never swept or evicted while a slot is held, and costs nothing to
-	// a store without gauges. inFlight counts the slots held per gauge, by
-	// the hash of its entry (absent: none held); held records, by admission
-	// ID, the slots an admission took from this shard's key gauge and from
-	// its workspace's (kept in the key's shard, or the workspace's for a
-	// Solo request). Both are bounded by the requests in flight.
-	inFlight map[uint64]int64
-	held     map[string]heldSlots
-	// Windows (Limits.Windows; memwindow.go), apart from the entries too:
-	// each entry hash's window buckets, bounded as the entries are.
-	wins       map[uint64]*winSet
-	winSweepAt int
-	// Calendar and session windows (memquota.go): each entry hash's, kept
-	// while a period or session in force holds anything.
-	quotas       map[uint64]*quotaSet
-	quotaSweepAt int
-}
-
-// heldSlots is what one admission took: a slot of the key gauge (its hash
-// in the key's shard, or in the workspace's for a Solo request) and of the
-// workspace gauge, when the have flags say so.
-type heldSlots struct {
-	key, ws         uint64
-	haveKey, haveWS bool
-	// The plan's gauges lent to a model entry's request (memquota.go), in
-	// the default buckets' shards.
-	kp, wp         uint64
-	haveKP, haveWP bool
+// quotaID is calendar or session window w's identity in a quota set.
+func quotaID(w *Window) memstore.QuotaID {
+	return memstore.QuotaID{Cal: calendar.Kind(w.Calendar), Session: w.Session, Per: int64(w.Per), Zone: zoneName(w.Zone)}
 }
 
 // gaugeCheck is what decide needs to know of the gauges in force: each
@@ -263,43 +192,6 @@ func (g *gaugeCheck) withReserve(r int64) {
 	if g != nil {
 		g.keyFloor, g.wsFloor = ReserveFloor(r, g.keyCap), ReserveFloor(r, g.wsCap)
 	}
-}
-
-// take records one slot of gauge h in sh.
-func (sh *memShard) take(h uint64) {
-	if sh.inFlight == nil {
-		sh.inFlight = make(map[uint64]int64)
-	}
-	sh.inFlight[h]++
-}
-
-// give returns one slot of gauge h in sh.
-func (sh *memShard) give(h uint64) {
-	if n := sh.inFlight[h] - 1; n > 0 {
-		sh.inFlight[h] = n
-	} else {
-		delete(sh.inFlight, h)
-	}
-}
-
-// hold records the slots admission id took, in its holder's shard.
-func (sh *memShard) hold(id string, hs heldSlots) {
-	if sh.held == nil {
-		sh.held = make(map[string]heldSlots)
-	}
-	sh.held[id] = hs
-}
-
-// unhold forgets and returns the slots admission id holds; ok is false when
-// it holds none (never took any, or released them already).
-func (sh *memShard) unhold(id string) (hs heldSlots, ok bool) {
-	if id == "" || len(sh.held) == 0 {
-		return heldSlots{}, false
-	}
-	if hs, ok = sh.held[id]; ok {
-		delete(sh.held, id)
-	}
-	return hs, ok
 }
 
 // MemoryOption configures a MemoryStore. Options only record values;
@@ -354,13 +246,8 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	if nils > 0 {
 		c.errs = append(c.errs, &ConfigError{Option: "MemoryOption", Err: errors.New("nil option")})
 	}
-	s := &MemoryStore{seed: maphash.MakeSeed(), maxTotal: c.maxKeys, err: errors.Join(c.errs...)}
-	// Never above WithMaxKeys (from 128 on), nor above what a table holds.
-	s.perShard = min(max(1, s.maxTotal/memShards), maxTableEntries)
-	for i := range s.keys {
-		s.keys[i].sweepAt = minSweep
-		s.ws[i].sweepAt = minSweep
-	}
+	s := &MemoryStore{err: errors.Join(c.errs...)}
+	s.t.Init(c.maxKeys)
 	return s
 }
 
@@ -369,182 +256,27 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 func (s *MemoryStore) Err() error { return s.err }
 
 // NotifyEvictions implements EvictionNotifier.
-func (s *MemoryStore) NotifyEvictions(o Observer) (stop func()) { return s.evict.add(o) }
+func (s *MemoryStore) NotifyEvictions(o Observer) (stop func()) {
+	if o == nil {
+		return func() {}
+	}
+	return s.t.Subscribe(o)
+}
 
 var _ Store = (*MemoryStore)(nil)
 
 // Evictions returns how many entries were dropped before they were full
 // because the store was at its WithMaxKeys bound.
-func (s *MemoryStore) Evictions() int64 { return s.lossy.Load() }
+func (s *MemoryStore) Evictions() int64 { return s.t.Evictions() }
 
 // OverBound returns how many entries were added beyond the WithMaxKeys
 // bound because every candidate for eviction was in debt: the store keeps
 // a debt rather than forget it, and goes back to its bound as the debts
 // refill.
-func (s *MemoryStore) OverBound() int64 { return s.over.Load() }
+func (s *MemoryStore) OverBound() int64 { return s.t.OverBound() }
 
 // Len returns the number of key entries and workspace entries held.
-func (s *MemoryStore) Len() (keys, workspaces int) {
-	for i := range s.keys {
-		s.keys[i].mu.Lock()
-		keys += s.keys[i].t.n
-		s.keys[i].mu.Unlock()
-		s.ws[i].mu.Lock()
-		workspaces += s.ws[i].t.n
-		s.ws[i].mu.Unlock()
-	}
-	return keys, workspaces
-}
-
-// hashes returns the pair hash that indexes the key's entry within its
-// workspace, and the workspace hash, both for the buckets of model (a
-// ModelLimits entry; "" for the default buckets).
-func (s *MemoryStore) hashes(key, workspace, model string) (pk, wh uint64) {
-	w0 := maphash.String(s.seed, workspace)
-	kh := w0
-	if key != workspace {
-		kh = maphash.String(s.seed, key)
-	}
-	wh = s.withModel(w0, model)
-	return pairHash(kh, wh), wh
-}
-
-// workspaceHash indexes the workspace's buckets of model ("" for the
-// default buckets).
-func (s *MemoryStore) workspaceHash(workspace, model string) uint64 {
-	return s.withModel(maphash.String(s.seed, workspace), model)
-}
-
-// withModel turns a workspace hash into the hash of that workspace's
-// buckets of model: the default buckets ("") keep the workspace's own hash,
-// a model entry's combine it with the entry's. For a fixed model the
-// combination is a bijection of the workspace hash, so two (workspace,
-// model) pairs share an entry only when seeded 64-bit hashes collide, as two
-// workspaces do. A key's entries follow: they are indexed by the pair hash
-// of the key and this hash.
-func (s *MemoryStore) withModel(wh uint64, model string) uint64 {
-	if model == "" {
-		return wh
-	}
-	return wh ^ bits.RotateLeft64(maphash.String(s.seed, model)*0xC2B2AE3D27D4EB4F, 23)
-}
-
-// pairHash combines a key hash and a workspace hash into one 64-bit index.
-// For a fixed workspace it is a bijection of the key hash (and the other way
-// round), so two pairs share an entry only when their seeded hashes collide
-// on 64 bits, as two workspaces do. A single word keeps the map on its fast
-// uint64 path and its slots at 8 bytes.
-func pairHash(kh, wh uint64) uint64 {
-	return kh ^ bits.RotateLeft64(wh*0x9E3779B97F4A7C15, 31)
-}
-
-func (s *MemoryStore) shards(pk, wh uint64) (*memShard, *memShard) {
-	return &s.keys[shardIndex(pk)], &s.ws[shardIndex(wh)]
-}
-
-// shardIndex picks a shard by a hash's top bits (the low bits place the
-// entry within the shard's table).
-func shardIndex(h uint64) uint64 { return h >> 57 & (memShards - 1) }
-
-// lock locks the key shard, then the workspace shard, then the key's
-// entry, then the workspace's (the order shardState describes), and
-// returns both shards and entries locked, the entries created full if
-// absent and advanced to now. The caller releases the entries
-// (releasePair) and then the shards.
-func (s *MemoryStore) lock(key, workspace, model string, kl, wl *Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
-	pk, wh := s.hashes(key, workspace, model)
-	return s.lockHashed(pk, wh, kl, wl, now)
-}
-
-// lockHashed is lock for the entries' hashes.
-func (s *MemoryStore) lockHashed(pk, wh uint64, kl, wl *Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
-	ks, wsh = s.shards(pk, wh)
-	ks.mu.Lock()
-	wsh.mu.Lock()
-	ke = getEntry(ks, s.perShard, pk, kl, now, &ev)
-	we = getEntry(wsh, s.perShard, wh, wl, now, &ev)
-	ke.advance(now, kl)
-	we.advance(now, wl)
-	we.mark.setSolo(false)
-	return ks, wsh, ke, we, ev
-}
-
-// pair returns the key's entry and the workspace's, both locked (and
-// nothing else), created full if absent and advanced to now: found without
-// the shards' locks when both are there, else by lock. The caller releases
-// the entries.
-func (s *MemoryStore) pair(key, workspace, model string, kl, wl *Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
-	pk, wh := s.hashes(key, workspace, model)
-	ks, wsh = s.shards(pk, wh)
-	if ke = ks.t.lookup(pk); ke != nil {
-		if we = wsh.t.lookup(wh); we != nil {
-			ke.advance(now, kl)
-			we.advance(now, wl)
-			we.mark.setSolo(false)
-			return ks, wsh, ke, we, ev
-		}
-		ke.unlock() // the locked path takes the shards' locks first
-	}
-	ks, wsh, ke, we, ev = s.lockHashed(pk, wh, kl, wl, now)
-	wsh.mu.Unlock()
-	ks.mu.Unlock()
-	return ks, wsh, ke, we, ev
-}
-
-// releasePair releases the entries of pair or lock, as used now.
-func releasePair(ks, wsh *memShard, ke, we *entry) {
-	we.release(wsh.epoch.Load())
-	ke.release(ks.epoch.Load())
-}
-
-// evicted counts, for one store call, the lossy evictions and the entries
-// added beyond the bound that making room for its entries took.
-type evicted struct{ lossy, over int32 }
-
-// noteEvictions counts ev in the store (Evictions, OverBound) and tells the
-// observers of the lossy evictions.
-func (s *MemoryStore) noteEvictions(ev evicted) {
-	if ev.over > 0 {
-		s.over.Add(int64(ev.over))
-	}
-	if ev.lossy > 0 {
-		s.lossy.Add(int64(ev.lossy))
-		s.evict.notify(int(ev.lossy))
-	}
-}
-
-// solo returns the one entry of a Solo request (kept in the workspace map),
-// created full if absent and advanced to now, with its shard: both locked.
-// The caller releases the entry, then the shard.
-func (s *MemoryStore) solo(workspace, model string, lim *Limits, now int64) (sh *memShard, e *entry, ev evicted) {
-	return s.soloHashed(s.workspaceHash(workspace, model), lim, now)
-}
-
-// soloHashed is solo for the entry's hash.
-func (s *MemoryStore) soloHashed(wh uint64, lim *Limits, now int64) (sh *memShard, e *entry, ev evicted) {
-	sh = &s.ws[shardIndex(wh)]
-	sh.mu.Lock()
-	e = getEntry(sh, s.perShard, wh, lim, now, &ev)
-	e.advance(now, lim)
-	e.mark.setSolo(true)
-	return sh, e, ev
-}
-
-// soloEntry is solo holding only the entry's lock: found without the
-// shard's lock when it is there, else by lock. The caller releases the
-// entry.
-func (s *MemoryStore) soloEntry(workspace, model string, lim *Limits, now int64) (sh *memShard, e *entry, ev evicted) {
-	wh := s.workspaceHash(workspace, model)
-	sh = &s.ws[shardIndex(wh)]
-	if e = sh.t.lookup(wh); e == nil {
-		sh, e, ev = s.soloHashed(wh, lim, now)
-		sh.mu.Unlock()
-		return sh, e, ev
-	}
-	e.advance(now, lim)
-	e.mark.setSolo(true)
-	return sh, e, ev
-}
+func (s *MemoryStore) Len() (keys, workspaces int) { return s.t.Len() }
 
 // ErrNoAdmissionID is the error of an admission under a gauge
 // (Limits.ConcurrentRequests > 0) without an AdmitRequest.ID: its slots
@@ -625,17 +357,17 @@ func (s *MemoryStore) admit(r *AdmitRequest) Decision {
 	if r.Solo {
 		sh, e, ev := s.soloEntry(r.Workspace, r.Model, &r.WorkspaceLimits, now)
 		d := decideSolo(e, &r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
-		e.settle(&r.WorkspaceLimits)
-		e.release(sh.epoch.Load())
-		s.noteEvictions(ev)
+		e.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
+		e.Release(sh.Epoch())
+		s.t.Note(ev)
 		return d
 	}
 	ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
-	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, &r.KeyLimits, &r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
-	ke.settle(&r.KeyLimits)
-	we.settle(&r.WorkspaceLimits)
-	releasePair(ks, wsh, ke, we)
-	s.noteEvictions(ev)
+	d := decide(&ke.Req, &ke.Tok, &we.Req, &we.Tok, &r.KeyLimits, &r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
+	ke.Settle(r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute)
+	we.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
+	memstore.ReleasePair(ks, wsh, ke, we)
+	s.t.Note(ev)
 	return d
 }
 
@@ -646,53 +378,53 @@ func (s *MemoryStore) admit(r *AdmitRequest) Decision {
 func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 	now := r.Now.UnixNano()
 	if r.Solo {
-		wh := s.workspaceHash(r.Workspace, r.Model)
+		wh := s.t.WorkspaceHash(r.Workspace, r.Model)
 		sh, e, ev := s.solo(r.Workspace, r.Model, &r.WorkspaceLimits, now)
-		if _, dup := sh.held[r.ID]; dup {
-			e.release(sh.epoch.Load())
-			sh.mu.Unlock()
+		if sh.Holds(r.ID) {
+			e.Release(sh.Epoch())
+			sh.Mu.Unlock()
 			return Decision{}, errHeldID
 		}
-		g := gaugeCheck{keyCap: r.WorkspaceLimits.ConcurrentRequests, keyNow: sh.inFlight[wh]}
+		g := gaugeCheck{keyCap: r.WorkspaceLimits.ConcurrentRequests, keyNow: sh.InFlight(wh)}
 		d := decideSolo(e, &r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
 		if d.Allowed {
-			sh.take(wh)
-			sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
+			sh.Take(wh)
+			sh.Hold(r.ID, heldSlots{Key: wh, HaveKey: true})
 		}
-		e.settle(&r.WorkspaceLimits)
-		e.release(sh.epoch.Load())
-		sh.mu.Unlock()
-		s.noteEvictions(ev)
+		e.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
+		e.Release(sh.Epoch())
+		sh.Mu.Unlock()
+		s.t.Note(ev)
 		return d, nil
 	}
 	kc, wc := max(0, r.KeyLimits.ConcurrentRequests), max(0, r.WorkspaceLimits.ConcurrentRequests)
-	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
+	pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
-	if _, dup := ks.held[r.ID]; dup {
-		releasePair(ks, wsh, ke, we)
-		wsh.mu.Unlock()
-		ks.mu.Unlock()
-		s.noteEvictions(ev)
+	if ks.Holds(r.ID) {
+		memstore.ReleasePair(ks, wsh, ke, we)
+		wsh.Mu.Unlock()
+		ks.Mu.Unlock()
+		s.t.Note(ev)
 		return Decision{}, errHeldID
 	}
-	g := gaugeCheck{keyCap: kc, keyNow: ks.inFlight[pk], wsCap: wc, wsNow: wsh.inFlight[wh]}
-	d := decide(&ke.req, &ke.tok, &we.req, &we.tok, &r.KeyLimits, &r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
+	g := gaugeCheck{keyCap: kc, keyNow: ks.InFlight(pk), wsCap: wc, wsNow: wsh.InFlight(wh)}
+	d := decide(&ke.Req, &ke.Tok, &we.Req, &we.Tok, &r.KeyLimits, &r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
 	if d.Allowed {
-		hs := heldSlots{key: pk, ws: wh, haveKey: kc > 0, haveWS: wc > 0}
-		if hs.haveKey {
-			ks.take(pk)
+		hs := heldSlots{Key: pk, WS: wh, HaveKey: kc > 0, HaveWS: wc > 0}
+		if hs.HaveKey {
+			ks.Take(pk)
 		}
-		if hs.haveWS {
-			wsh.take(wh)
+		if hs.HaveWS {
+			wsh.Take(wh)
 		}
-		ks.hold(r.ID, hs)
+		ks.Hold(r.ID, hs)
 	}
-	ke.settle(&r.KeyLimits)
-	we.settle(&r.WorkspaceLimits)
-	releasePair(ks, wsh, ke, we)
-	wsh.mu.Unlock()
-	ks.mu.Unlock()
-	s.noteEvictions(ev)
+	ke.Settle(r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute)
+	we.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
+	memstore.ReleasePair(ks, wsh, ke, we)
+	wsh.Mu.Unlock()
+	ks.Mu.Unlock()
+	s.t.Note(ev)
 	return d, nil
 }
 
@@ -727,54 +459,54 @@ func (s *MemoryStore) reconcile(r *ReconcileRequest) {
 		if r.Solo {
 			sh, e, ev := s.soloEntry(r.Workspace, r.Model, &r.WorkspaceLimits, now)
 			reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
-			e.settle(&r.WorkspaceLimits)
-			e.release(sh.epoch.Load())
-			s.noteEvictions(ev)
+			e.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
+			e.Release(sh.Epoch())
+			s.t.Note(ev)
 			return
 		}
 		ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
 		reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
 		reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
-		ke.settle(&r.KeyLimits)
-		we.settle(&r.WorkspaceLimits)
-		releasePair(ks, wsh, ke, we)
-		s.noteEvictions(ev)
+		ke.Settle(r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute)
+		we.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
+		memstore.ReleasePair(ks, wsh, ke, we)
+		s.t.Note(ev)
 		return
 	}
 	if r.Solo {
 		sh, e, ev := s.solo(r.Workspace, r.Model, &r.WorkspaceLimits, now)
 		reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
-		e.settle(&r.WorkspaceLimits)
-		e.release(sh.epoch.Load())
-		if hs, ok := sh.unhold(r.ID); ok {
-			sh.give(hs.key)
+		e.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
+		e.Release(sh.Epoch())
+		if hs, ok := sh.Unhold(r.ID); ok {
+			sh.Give(hs.Key)
 		}
-		sh.mu.Unlock()
-		s.noteEvictions(ev)
+		sh.Mu.Unlock()
+		s.t.Note(ev)
 		return
 	}
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
 	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
 	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
-	ke.settle(&r.KeyLimits)
-	we.settle(&r.WorkspaceLimits)
-	releasePair(ks, wsh, ke, we)
+	ke.Settle(r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute)
+	we.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
+	memstore.ReleasePair(ks, wsh, ke, we)
 	releaseSlots(ks, wsh, r.ID)
-	wsh.mu.Unlock()
-	ks.mu.Unlock()
-	s.noteEvictions(ev)
+	wsh.Mu.Unlock()
+	ks.Mu.Unlock()
+	s.t.Note(ev)
 }
 
 // releaseSlots gives back the gauge slots admission id holds in the key's
 // shard ks and the workspace's shard wsh (both locked by the caller), once:
 // a later call finds nothing held.
 func releaseSlots(ks, wsh *memShard, id string) {
-	if hs, ok := ks.unhold(id); ok {
-		if hs.haveKey {
-			ks.give(hs.key)
+	if hs, ok := ks.Unhold(id); ok {
+		if hs.HaveKey {
+			ks.Give(hs.Key)
 		}
-		if hs.haveWS {
-			wsh.give(hs.ws)
+		if hs.HaveWS {
+			wsh.Give(hs.WS)
 		}
 	}
 }
@@ -785,11 +517,11 @@ func releaseSlots(ks, wsh *memShard, id string) {
 // bucket.
 func reconcileEntry(e *entry, r *ReconcileRequest, tok Bucket, lim Limits) {
 	if r.Refund {
-		e.req.adjust(-1, 2*lim.RequestsPerMinute)
-		e.tok.adjust(-r.Estimate, 2*lim.TokensPerMinute)
+		e.Req.Adjust(-1, 2*lim.RequestsPerMinute)
+		e.Tok.Adjust(-r.Estimate, 2*lim.TokensPerMinute)
 		return
 	}
-	e.tok.adjust(r.BoundedActual(tok)-r.Estimate, 2*lim.TokensPerMinute)
+	e.Tok.Adjust(r.BoundedActual(tok)-r.Estimate, 2*lim.TokensPerMinute)
 }
 
 // decide checks the four buckets in admission order, then the gauges (g;
@@ -802,46 +534,46 @@ func reconcileEntry(e *entry, r *ReconcileRequest, tok Bucket, lim Limits) {
 func decide(kr, kt, wr, wt *bucket, kl, wl *Limits, n int64, maxWait time.Duration, g *gaugeCheck) Decision {
 	var d Decision
 	switch {
-	case kr.level < 1:
+	case kr.Level < 1:
 		d.Refused = KeyRequests
-	case kt.level < n:
+	case kt.Level < n:
 		d.Refused = KeyTokens
-	case wr.level < 1:
+	case wr.Level < 1:
 		d.Refused = WorkspaceRequests
-	case wt.level < n:
+	case wt.Level < n:
 		d.Refused = WorkspaceTokens
 	default:
 		if g != nil {
 			if b, full := g.full(); full {
 				d.Refused, d.RetryAfter = b, time.Second
-				d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
+				d.Remaining = [4]int64{kr.Level, kt.Level, wr.Level, wt.Level}
 				return d
 			}
 		}
-		kr.level--
-		kt.level -= n
-		wr.level--
-		wt.level -= n
+		kr.Level--
+		kt.Level -= n
+		wr.Level--
+		wt.Level -= n
 		d.Allowed = true
-		d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
+		d.Remaining = [4]int64{kr.Level, kt.Level, wr.Level, wt.Level}
 		return d
 	}
-	d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
+	d.Remaining = [4]int64{kr.Level, kt.Level, wr.Level, wt.Level}
 	for i, b := range [4]*bucket{kr, kt, wr, wt} {
 		need, rate := int64(1), Bucket(i).PerMinute(*kl, *wl)
 		if Bucket(i).Tokens() {
 			need = n
 		}
-		w, never := b.wait(need, rate, 2*rate, waitLimit)
+		w, never := b.Wait(need, rate, 2*rate, waitLimit)
 		d.RetryAfter = max(d.RetryAfter, w)
 		d.NeverFits = d.NeverFits || never
 	}
 	if reserve(&d, maxWait, g) {
-		kr.level--
-		kt.level -= n
-		wr.level--
-		wt.level -= n
-		d.Remaining = [4]int64{kr.level, kt.level, wr.level, wt.level}
+		kr.Level--
+		kt.Level -= n
+		wr.Level--
+		wt.Level -= n
+		d.Remaining = [4]int64{kr.Level, kt.Level, wr.Level, wt.Level}
 	}
 	return d
 }
@@ -878,210 +610,34 @@ func reserve(d *Decision, maxWait time.Duration, g *gaugeCheck) bool {
 func decideSolo(e *entry, lim *Limits, n int64, maxWait time.Duration, g *gaugeCheck) Decision {
 	var d Decision
 	switch {
-	case e.req.level < 1:
+	case e.Req.Level < 1:
 		d.Refused = KeyRequests
-	case e.tok.level < n:
+	case e.Tok.Level < n:
 		d.Refused = KeyTokens
 	default:
 		if g != nil {
 			if b, full := g.full(); full {
 				d.Refused, d.RetryAfter = b, time.Second
-				d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
+				d.Remaining = [4]int64{e.Req.Level, e.Tok.Level, e.Req.Level, e.Tok.Level}
 				return d
 			}
 		}
-		e.req.level--
-		e.tok.level -= n
+		e.Req.Level--
+		e.Tok.Level -= n
 		d.Allowed = true
-		d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
+		d.Remaining = [4]int64{e.Req.Level, e.Tok.Level, e.Req.Level, e.Tok.Level}
 		return d
 	}
-	d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
-	w1, n1 := e.req.wait(1, lim.RequestsPerMinute, 2*lim.RequestsPerMinute, waitLimit)
-	w2, n2 := e.tok.wait(n, lim.TokensPerMinute, 2*lim.TokensPerMinute, waitLimit)
+	d.Remaining = [4]int64{e.Req.Level, e.Tok.Level, e.Req.Level, e.Tok.Level}
+	w1, n1 := e.Req.Wait(1, lim.RequestsPerMinute, 2*lim.RequestsPerMinute, waitLimit)
+	w2, n2 := e.Tok.Wait(n, lim.TokensPerMinute, 2*lim.TokensPerMinute, waitLimit)
 	d.RetryAfter, d.NeverFits = max(w1, w2), n1 || n2
 	if reserve(&d, maxWait, g) {
-		e.req.level--
-		e.tok.level -= n
-		d.Remaining = [4]int64{e.req.level, e.tok.level, e.req.level, e.tok.level}
+		e.Req.Level--
+		e.Tok.Level -= n
+		d.Remaining = [4]int64{e.Req.Level, e.Tok.Level, e.Req.Level, e.Tok.Level}
 	}
 	return d
-}
-
-// advance refills both buckets up to now under lim. A clock reading earlier
-// than the latest seen refills nothing; the latest is kept.
-func (e *entry) advance(now int64, lim *Limits) {
-	dt := now - e.last
-	if dt > 0 {
-		e.last = now
-	} else {
-		dt = 0
-	}
-	e.req.refill(lim.RequestsPerMinute, 2*lim.RequestsPerMinute, dt)
-	e.tok.refill(lim.TokensPerMinute, 2*lim.TokensPerMinute, dt)
-}
-
-// settle records, after an admission or reconcile under lim, when time
-// alone will have refilled e to full under lim: within fullIdleSeconds
-// when neither bucket is in debt (each is at most capacity, 2 minutes of
-// refill, below full), else the exact time, rounded up to the second. An
-// entry held to figures smaller than those of its debt may owe far longer
-// than the 6 minutes a debt at its own figures takes (issue 18 item 9).
-func (e *entry) settle(lim *Limits) {
-	if e.req.level >= 0 && e.tok.level >= 0 {
-		e.mark.setFullIn(fullIdleSeconds)
-		return
-	}
-	e.mark.setFullIn(max(secondsToFull(e.req, lim.RequestsPerMinute), secondsToFull(e.tok, lim.TokensPerMinute)))
-}
-
-// secondsToFull is the time, in whole seconds rounded up, until time alone
-// refills b to its capacity (2×rate) at rate units per minute; fullNever
-// when that is beyond fullNever seconds or rate is not positive.
-func secondsToFull(b bucket, rate int64) int64 {
-	if rate <= 0 {
-		return fullNever
-	}
-	const limit = time.Duration(fullNever) * time.Second
-	d, _ := b.wait(2*rate, rate, 2*rate, limit)
-	if d >= limit {
-		return fullNever
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-// idleFull reports whether time alone has certainly refilled e to full by
-// now, under the figures of its latest admission or reconcile.
-func (e *entry) idleFull(now int64) bool {
-	in := e.mark.fullIn()
-	return in < fullNever && now-e.last >= in*int64(time.Second)
-}
-
-// inDebt reports whether a bucket of e was below zero after its latest
-// admission or reconcile: such an entry is dropped only once idleFull.
-func (e *entry) inDebt() bool { return e.req.level < 0 || e.tok.level < 0 }
-
-// fill makes e full as of now under lim.
-func (e *entry) fill(now int64, lim *Limits) {
-	e.last = now
-	e.req = bucket{level: 2 * lim.RequestsPerMinute}
-	e.tok = bucket{level: 2 * lim.TokensPerMinute}
-	e.mark.setFullIn(0)
-}
-
-// getEntry returns the entry for k, locked, creating it full if absent. The
-// caller holds sh.mu (and may hold a key entry, when sh is a workspace
-// shard). Creating may first drop entries that time alone has refilled
-// (lossless), and, at the bound, the least recently used of a sample of
-// entries not in debt (lossy, added to ev.lossy). When the sample holds
-// only debts, the entry is added beyond the bound (ev.over) unless the
-// table is at its hard limit.
-func getEntry(sh *memShard, bound int, k uint64, lim *Limits, now int64, ev *evicted) *entry {
-	if e := sh.t.get(k); e != nil {
-		e.lock()
-		return e
-	}
-	sh.epoch.Add(1)
-	if sh.t.n >= sh.sweepAt {
-		// Amortised: drop every entry that time alone has refilled.
-		sh.t.each(0, func(old *entry) bool {
-			old.lock()
-			if old.idleFull(now) {
-				sh.t.delete(old)
-			}
-			old.unlock()
-			return true
-		})
-		sh.sweepAt = max(minSweep, 2*sh.t.n)
-	}
-	if sh.t.n >= bound {
-		makeRoom(sh, bound, now, ev)
-	}
-	e := sh.t.insert(k)
-	e.fill(now, lim)
-	return e
-}
-
-// makeRoom makes room for one entry in a shard at its bound; the caller
-// holds sh.mu. Visiting entries from a random place, it drops those
-// already full, and those only Follow set (lossless: the shared store
-// holds them), until the shard is below its bound, else the
-// least recently used of up to evictSample entries not in debt (lossy).
-// Entries in debt are passed over: when only debts were found, the shard
-// goes beyond its bound (ev.over) rather than forget one, unless the table
-// is at its hard limit (maxTableEntries), where the least recently used
-// entry visited goes whatever it owes.
-//
-// Recency is the shard's epoch at an entry's latest use (entry.used): the
-// age is how many insertions into the shard came since. Ties go to the
-// entry visited first. The two entries chosen so far stay locked, so
-// that what made them candidates still holds when one is dropped.
-func makeRoom(sh *memShard, bound int, now int64, ev *evicted) {
-	var victim, anyVictim *entry
-	var oldest, anyOldest uint32
-	cur := sh.epoch.Load()
-	visited, candidates := 0, 0
-	// drop unlocks e unless it is still a candidate.
-	drop := func(e *entry) {
-		if e != nil && e != victim && e != anyVictim {
-			e.unlock()
-		}
-	}
-	sh.t.each(rand.Uint32(), func(old *entry) bool {
-		visited++
-		old.lock()
-		switch age := (cur - old.used()) & epochMask; {
-		case old.idleFull(now) || old.mark.followed():
-			// Full by now, or a copy of what the shared store holds.
-			sh.t.delete(old)
-			old.unlock()
-			if sh.t.n < bound {
-				return false
-			}
-		case old.inDebt():
-			if anyVictim == nil || age > anyOldest {
-				prev := anyVictim
-				anyVictim, anyOldest = old, age
-				drop(prev)
-			} else {
-				old.unlock()
-			}
-		default:
-			kept := false
-			if victim == nil || age > oldest {
-				prev := victim
-				victim, oldest, kept = old, age, true
-				drop(prev)
-			}
-			if anyVictim == nil || age > anyOldest {
-				prev := anyVictim
-				anyVictim, anyOldest, kept = old, age, true
-				drop(prev)
-			}
-			if !kept {
-				old.unlock()
-			}
-			candidates++
-		}
-		return candidates < evictSample && visited < evictVisit
-	})
-	switch {
-	case sh.t.n < bound:
-	case victim != nil:
-		sh.t.delete(victim)
-		ev.lossy++
-	case sh.t.n < maxTableEntries:
-		ev.over++
-	default:
-		sh.t.delete(anyVictim)
-		ev.lossy++
-	}
-	if victim != nil {
-		victim.unlock()
-	}
-	if anyVictim != nil && anyVictim != victim {
-		anyVictim.unlock()
-	}
 }
 
 // Follow lowers the four per-minute buckets r would spend, as of r.Now,
@@ -1122,38 +678,21 @@ func (s *MemoryStore) Follow(r AdmitRequest, d Decision) {
 	}
 	if r.Solo {
 		sh, e, ev := s.soloEntry(r.Workspace, r.Model, &wl, now)
-		e.lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], &wl)
-		e.release(sh.epoch.Load())
-		s.noteEvictions(ev)
+		e.Lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], wl.RequestsPerMinute, wl.TokensPerMinute)
+		e.Release(sh.Epoch())
+		s.t.Note(ev)
 		if quota {
 			s.followQuotas(&r, &d)
 		}
 		return
 	}
 	ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, &kl, &wl, now)
-	ke.lower(d.Remaining[KeyRequests], d.Remaining[KeyTokens], &kl)
-	we.lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], &wl)
-	releasePair(ks, wsh, ke, we)
-	s.noteEvictions(ev)
+	ke.Lower(d.Remaining[KeyRequests], d.Remaining[KeyTokens], kl.RequestsPerMinute, kl.TokensPerMinute)
+	we.Lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], wl.RequestsPerMinute, wl.TokensPerMinute)
+	memstore.ReleasePair(ks, wsh, ke, we)
+	s.t.Note(ev)
 	if quota {
 		s.followQuotas(&r, &d)
-	}
-}
-
-// lower sets each of e's buckets above the level given for it (requests,
-// tokens) to that level, floored at the debt floor, and settles e. It
-// marks e followed when e then holds what was reported, or was followed
-// already: until this store spends on it, it may be dropped for room, in
-// debt or not, without loss (makeRoom). An entry below what was reported
-// holds spending of this store's own that the shared store has not seen
-// (yet): it is not marked.
-func (e *entry) lower(req, tok int64, lim *Limits) {
-	copyOf := e.mark.followed() // settle clears it
-	reqAt := e.req.lower(req, 2*lim.RequestsPerMinute)
-	tokAt := e.tok.lower(tok, 2*lim.TokensPerMinute)
-	e.settle(lim)
-	if copyOf || reqAt && tokAt {
-		e.mark |= markFollowed
 	}
 }
 
@@ -1174,44 +713,5 @@ func (s *MemoryStore) Levels(key, workspace string, kl, wl Limits, now time.Time
 // buckets).
 func (s *MemoryStore) ModelLevels(key, workspace, model string, kl, wl Limits, now time.Time) [4]int64 {
 	b := s.exactLevels(key, workspace, model, kl, wl, now)
-	return [4]int64{b[KeyRequests].level, b[KeyTokens].level, b[WorkspaceRequests].level, b[WorkspaceTokens].level}
-}
-
-// exactLevels is ModelLevels with each bucket's fraction.
-func (s *MemoryStore) exactLevels(key, workspace, model string, kl, wl Limits, now time.Time) [4]bucket {
-	pk, wh := s.hashes(key, workspace, model)
-	ks, wsh := s.shards(pk, wh)
-	n := now.UnixNano()
-	ks.mu.Lock()
-	kp := ks.t.get(pk)
-	ke := peek(kp, n, kl)
-	ks.mu.Unlock()
-	wsh.mu.Lock()
-	we := peek(wsh.t.get(wh), n, wl)
-	wsh.mu.Unlock()
-	if kp == nil && key == workspace && we.solo { // read under the entry's lock
-		ke = we // a Solo key's buckets are kept once, as its workspace's
-	}
-	return [4]bucket{ke.req, ke.tok, we.req, we.tok}
-}
-
-// entryView is a copy of an entry's buckets and solo flag.
-type entryView struct {
-	req, tok bucket
-	solo     bool
-}
-
-// peek returns e's buckets advanced to now under lim, changing nothing
-// (full at lim when e is nil). The caller holds e's shard's lock.
-func peek(e *entry, now int64, lim Limits) entryView {
-	var c entry
-	if e == nil {
-		c.fill(now, &lim)
-	} else {
-		e.lock()
-		c.last, c.req, c.tok, c.mark = e.last, e.req, e.tok, e.mark
-		e.unlock()
-		c.advance(now, &lim)
-	}
-	return entryView{req: c.req, tok: c.tok, solo: c.mark.solo()}
+	return [4]int64{b[KeyRequests].Level, b[KeyTokens].Level, b[WorkspaceRequests].Level, b[WorkspaceTokens].Level}
 }

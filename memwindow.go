@@ -1,187 +1,12 @@
 package llmrate
 
 import (
-	"math"
+	"github.com/llmrate/llmrate/internal/memstore"
 	"time"
 )
 
-// The memory store's windows (Limits.Windows), kept apart from the entries
-// so that an admission without windows costs what it did before windows
-// existed: a windowed admission or reconcile takes the locked path (both
-// shards' locks, as under a gauge), and finds its window buckets in its
-// shards' window sets, by the hash of the entry they belong to (a key's in
-// its key shard, a workspace's, or a Solo request's, in its workspace
-// shard).
-
-// winSet is the window buckets of one entry hash: one per (meter, Per)
-// seen, each with the figure of its latest admission and a clock of its
-// own (as a Redis window entry has).
-type winSet struct {
-	last int64 // the latest clock reading seen
-	// full is the clock reading by which time alone refills every bucket
-	// to full under the figures of its latest use (math.MaxInt64: not
-	// known to); debt whether a bucket was below zero after the latest use.
-	full int64
-	debt bool
-	b    []winBucket
-}
-
-// winBucket is one window bucket: capacity fig, refilled fig per per
-// nanoseconds, in the exact arithmetic of bucket with the period per (its
-// fraction is in 1/per units), up to last, its clock.
-//
-// A store keeps levels, not figures: fig is the figure of the bucket's
-// latest admission, which alone sets it (a changed figure keeps the
-// level, clamped to it). A reconcile carries the figures in force at its
-// admission, maybe changed since: it refills the buckets it charges at
-// fig, not at its own, and leaves the others (clock included) alone.
-type winBucket struct {
-	per   int64
-	fig   int64
-	last  int64
-	meter uint8 // the index of its meter in WindowMeters' rows
-	bucket
-}
-
 // windowed reports whether either side's figures carry windows.
 func windowed(kl, wl Limits) bool { return len(kl.Windows) > 0 || len(wl.Windows) > 0 }
-
-// find returns the bucket of meter m and window per, creating it full at
-// fig, its clock at now (the set's: the latest reading seen), if absent.
-func (ws *winSet) find(m uint8, per, fig, now int64) *winBucket {
-	for i := range ws.b {
-		if ws.b[i].meter == m && ws.b[i].per == per {
-			return &ws.b[i]
-		}
-	}
-	ws.b = append(ws.b, winBucket{per: per, fig: fig, last: now, meter: m, bucket: bucket{level: fig}})
-	return &ws.b[len(ws.b)-1]
-}
-
-// refill refills wb up to now at its figure (a level above it, the figure
-// lowered since, is clamped). A clock reading earlier than its clock
-// refills nothing.
-func (wb *winBucket) refill(now int64) {
-	dt := now - wb.last
-	if dt > 0 {
-		wb.last = now
-	} else {
-		dt = 0
-	}
-	wb.prefill(wb.fig, wb.fig, dt, uint64(wb.per))
-}
-
-// advance refills, up to now, the buckets in windows (an admission's
-// figures; nil for a reconcile's), each at its figure there (a changed
-// figure clamps the level), and leaves the others as they are, clock
-// included. A bucket that time alone has refilled to full at its own
-// figure is forgotten, as a Redis entry expires: dropped, or, in windows,
-// full again at its figure there.
-func (ws *winSet) advance(now int64, windows []Window) {
-	ws.last = max(ws.last, now)
-	kept := ws.b[:0]
-	for _, wb := range ws.b {
-		var f int64
-		for _, w := range windows {
-			if int64(w.Per) == wb.per {
-				f = w.Figure(WindowMeters()[0][wb.meter])
-				break
-			}
-		}
-		c := wb
-		c.refill(now)
-		switch full := c.level >= c.fig; {
-		case f > 0 && full:
-			kept = append(kept, winBucket{per: wb.per, fig: f, last: c.last, meter: wb.meter, bucket: bucket{level: f}})
-		case f > 0:
-			wb.fig = f
-			wb.refill(now)
-			kept = append(kept, wb)
-		case !full:
-			kept = append(kept, wb)
-		}
-	}
-	clear(ws.b[len(kept):])
-	ws.b = kept
-}
-
-// settle records, after a use, when time alone refills every bucket to
-// full and whether one is in debt.
-func (ws *winSet) settle() {
-	if ws == nil {
-		return
-	}
-	ws.debt, ws.full = false, ws.last
-	for i := range ws.b {
-		wb := &ws.b[i]
-		if wb.level < 0 {
-			ws.debt = true
-		}
-		d, _ := wb.pwait(wb.fig, wb.fig, wb.fig, 4*MaxWindow, uint64(wb.per))
-		if d >= 4*MaxWindow {
-			ws.full = math.MaxInt64
-			return
-		}
-		ws.full = max(ws.full, wb.last+int64(d))
-	}
-}
-
-// winSetOf returns the window set of entry hash h in sh, created empty if
-// absent, advanced to now under at (an admission's windows; nil for a
-// reconcile, which advances only what it charges: reconcileWindows). The caller holds sh.mu. Creating
-// one may first drop the sets that time alone has refilled (lossless);
-// at the bound, when those it visits are not enough, it goes beyond the
-// bound (ev.over): a set that holds spend is never evicted, in debt or not
-// (a window spent to 0 is a quota held against its key, kept as a debt).
-//
-// Without windows it creates nothing: nil when there is no set.
-//
-// A new set takes its entry's clock (last): the latest reading seen, so
-// that a clock moving backwards refills nothing there either.
-func winSetOf(sh *memShard, bound int, h uint64, windows, at []Window, now, last int64, ev *evicted) *winSet {
-	if ws := sh.wins[h]; ws != nil {
-		ws.advance(now, at)
-		return ws
-	}
-	if len(windows) == 0 {
-		return nil
-	}
-	if sh.wins == nil {
-		sh.wins = make(map[uint64]*winSet)
-		sh.winSweepAt = minSweep
-	}
-	if len(sh.wins) >= sh.winSweepAt {
-		for k, ws := range sh.wins {
-			if now >= ws.full {
-				delete(sh.wins, k)
-			}
-		}
-		sh.winSweepAt = max(minSweep, 2*len(sh.wins))
-	}
-	if len(sh.wins) >= bound {
-		// A set that is not full holds spend against its key (a window
-		// spent to 0 is not in debt, but dropping it would give a day's
-		// quota back): it is kept, as a debt is. Only full sets go.
-		visited := 0
-		for k, ws := range sh.wins {
-			if visited++; visited > evictVisit {
-				break
-			}
-			if now >= ws.full {
-				delete(sh.wins, k)
-				if len(sh.wins) < bound {
-					break
-				}
-			}
-		}
-		if len(sh.wins) >= bound {
-			ev.over++
-		}
-	}
-	ws := &winSet{last: last, full: last}
-	sh.wins[h] = ws
-	return ws
-}
 
 // winStage is one bucket of a windowed decision: what it needs, what it is
 // debited, its figures and its name.
@@ -199,12 +24,12 @@ type winStage struct {
 // (0: key, 1: workspace), in order (each window: requests, tokens, input,
 // output), with the levels slice they report to.
 func windowStages(st []winStage, ws *winSet, windows []Window, scope int, tokens, input int64, levels []WindowLevels) []winStage {
-	// Create the missing buckets first: the stages point into ws.b, which
+	// Create the missing buckets first: the stages point into ws.B, which
 	// creating may move.
 	for _, w := range windows {
 		for m, b := range WindowMeters()[scope] {
 			if f := w.Figure(b); f > 0 {
-				ws.find(uint8(m), int64(w.Per), f, ws.last)
+				ws.Find(uint8(m), int64(w.Per), f, ws.Last)
 			}
 		}
 	}
@@ -214,8 +39,8 @@ func windowStages(st []winStage, ws *winSet, windows []Window, scope int, tokens
 			if f == 0 {
 				continue
 			}
-			wb := ws.find(uint8(m), int64(w.Per), f, ws.last)
-			s := winStage{b: &wb.bucket, rate: f, cap: f, period: uint64(w.Per), bucket: b, window: w.Per, levels: &levels[i]}
+			wb := ws.Find(uint8(m), int64(w.Per), f, ws.Last)
+			s := winStage{b: &wb.Bucket, rate: f, cap: f, period: uint64(w.Per), bucket: b, window: w.Per, levels: &levels[i]}
 			switch m {
 			case 0:
 				s.need, s.debit = 1, 1
@@ -250,8 +75,8 @@ func withReserve(st []winStage, r int64) {
 // only the floor kept it out.
 func byReserve(st []winStage, r int64) bool {
 	for i := range st {
-		if s := &st[i]; s.b.level < s.need {
-			return s.b.level >= s.need-ReserveFloor(r, s.cap)
+		if s := &st[i]; s.b.Level < s.need {
+			return s.b.Level >= s.need-ReserveFloor(r, s.cap)
 		}
 	}
 	return false
@@ -284,14 +109,14 @@ func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision 
 	var d Decision
 	refused := -1
 	for i := range st {
-		if st[i].b.level < st[i].need {
+		if st[i].b.Level < st[i].need {
 			refused = i
 			break
 		}
 	}
 	debit := func() {
 		for i := range st {
-			st[i].b.level -= st[i].debit
+			st[i].b.Level -= st[i].debit
 		}
 	}
 	if refused < 0 {
@@ -309,7 +134,7 @@ func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision 
 	var exact time.Duration // the exact time until all fit (past every cap: beyond it)
 	for _, s := range st {
 		c := max(MaxRetryAfter, time.Duration(s.period))
-		w, never := s.b.pwait(s.need, s.rate, s.cap, c+1, s.period)
+		w, never := s.b.PWait(s.need, s.rate, s.cap, c+1, s.period)
 		d.NeverFits = d.NeverFits || never
 		exact = max(exact, w)
 		d.RetryAfter = max(d.RetryAfter, min(w, c))
@@ -332,14 +157,14 @@ func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision 
 // (the first four stages, or two for a Solo request) and the windows'.
 func report(d *Decision, st []winStage, solo bool) {
 	if solo {
-		d.Remaining = [4]int64{st[0].b.level, st[1].b.level, st[0].b.level, st[1].b.level}
+		d.Remaining = [4]int64{st[0].b.Level, st[1].b.Level, st[0].b.Level, st[1].b.Level}
 		st = st[2:]
 	} else {
-		d.Remaining = [4]int64{st[0].b.level, st[1].b.level, st[2].b.level, st[3].b.level}
+		d.Remaining = [4]int64{st[0].b.Level, st[1].b.Level, st[2].b.Level, st[3].b.Level}
 		st = st[4:]
 	}
 	for _, s := range st {
-		s.levels.set(s.bucket, s.b.level)
+		s.levels.set(s.bucket, s.b.Level)
 	}
 }
 
@@ -347,13 +172,13 @@ func report(d *Decision, st []winStage, solo bool) {
 // for a Solo request: ke is then the one entry).
 func perMinuteStages(st []winStage, ke, we *entry, kl, wl Limits, tokens int64) []winStage {
 	add := func(b *bucket, need, rate int64, name Bucket) {
-		st = append(st, winStage{b: b, need: need, debit: need, rate: rate, cap: 2 * rate, period: minute, bucket: name, window: time.Minute})
+		st = append(st, winStage{b: b, need: need, debit: need, rate: rate, cap: 2 * rate, period: memstore.Minute, bucket: name, window: time.Minute})
 	}
-	add(&ke.req, 1, kl.RequestsPerMinute, KeyRequests)
-	add(&ke.tok, tokens, kl.TokensPerMinute, KeyTokens)
+	add(&ke.Req, 1, kl.RequestsPerMinute, KeyRequests)
+	add(&ke.Tok, tokens, kl.TokensPerMinute, KeyTokens)
 	if we != nil {
-		add(&we.req, 1, wl.RequestsPerMinute, WorkspaceRequests)
-		add(&we.tok, tokens, wl.TokensPerMinute, WorkspaceTokens)
+		add(&we.Req, 1, wl.RequestsPerMinute, WorkspaceRequests)
+		add(&we.Tok, tokens, wl.TokensPerMinute, WorkspaceTokens)
 	}
 	return st
 }
@@ -381,14 +206,14 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 	var ev evicted
 	if r.Solo {
 		lim := r.WorkspaceLimits
-		wh := s.workspaceHash(r.Workspace, r.Model)
+		wh := s.t.WorkspaceHash(r.Workspace, r.Model)
 		sh, e, ev0 := s.solo(r.Workspace, r.Model, &lim, now)
 		ev = ev0
 		if r.ID != "" {
-			if _, dup := sh.held[r.ID]; dup {
-				e.release(sh.epoch.Load())
-				sh.mu.Unlock()
-				s.noteEvictions(ev)
+			if sh.Holds(r.ID) {
+				e.Release(sh.Epoch())
+				sh.Mu.Unlock()
+				s.t.Note(ev)
 				return Decision{}, errHeldID
 			}
 		}
@@ -396,7 +221,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 		// as any request without windows does.
 		var ws *winSet
 		if len(lim.Windows) > 0 {
-			ws = winSetOf(sh, s.perShard, wh, lim.Windows, lim.Windows, now, e.last, &ev)
+			ws = winSetOf(sh, s.t.Bound(), wh, lim.Windows, lim.Windows, now, e.Last, &ev)
 		}
 		levels := make([]WindowLevels, len(lim.Windows))
 		st = perMinuteStages(st, e, nil, lim, lim, tokens)
@@ -404,11 +229,11 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 		var g *gaugeCheck
 		if lim.ConcurrentRequests > 0 {
 			if r.ID == "" {
-				e.release(sh.epoch.Load())
-				sh.mu.Unlock()
+				e.Release(sh.Epoch())
+				sh.Mu.Unlock()
 				return Decision{}, ErrNoAdmissionID
 			}
-			g = &gaugeCheck{keyCap: lim.ConcurrentRequests, keyNow: sh.inFlight[wh]}
+			g = &gaugeCheck{keyCap: lim.ConcurrentRequests, keyNow: sh.InFlight(wh)}
 		}
 		if r.Reserve > 0 {
 			withReserve(st, r.Reserve)
@@ -423,38 +248,38 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 			d.KeyWindows, d.WorkspaceWindows = levels, levels
 		}
 		if d.Allowed && g != nil {
-			sh.take(wh)
-			sh.hold(r.ID, heldSlots{key: wh, haveKey: true})
+			sh.Take(wh)
+			sh.Hold(r.ID, heldSlots{Key: wh, HaveKey: true})
 		}
-		e.settle(&lim)
-		ws.settle()
-		e.release(sh.epoch.Load())
-		sh.mu.Unlock()
-		s.noteEvictions(ev)
+		e.Settle(lim.RequestsPerMinute, lim.TokensPerMinute)
+		ws.Settle(4 * MaxWindow)
+		e.Release(sh.Epoch())
+		sh.Mu.Unlock()
+		s.t.Note(ev)
 		return d, nil
 	}
 	kc, wc := max(0, r.KeyLimits.ConcurrentRequests), max(0, r.WorkspaceLimits.ConcurrentRequests)
 	if (kc > 0 || wc > 0) && r.ID == "" {
 		return Decision{}, ErrNoAdmissionID
 	}
-	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
+	pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
 	unlock := func() {
-		releasePair(ks, wsh, ke, we)
-		wsh.mu.Unlock()
-		ks.mu.Unlock()
-		s.noteEvictions(ev)
+		memstore.ReleasePair(ks, wsh, ke, we)
+		wsh.Mu.Unlock()
+		ks.Mu.Unlock()
+		s.t.Note(ev)
 	}
 	if r.ID != "" {
-		if _, dup := ks.held[r.ID]; dup {
+		if ks.Holds(r.ID) {
 			unlock()
 			return Decision{}, errHeldID
 		}
 	}
 	var kw, ww *winSet
 	if windowed(r.KeyLimits, r.WorkspaceLimits) { // not for a reserve alone: windows are left alone
-		kw = winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, r.KeyLimits.Windows, now, ke.last, &ev)
-		ww = winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, r.WorkspaceLimits.Windows, now, we.last, &ev)
+		kw = winSetOf(ks, s.t.Bound(), pk, r.KeyLimits.Windows, r.KeyLimits.Windows, now, ke.Last, &ev)
+		ww = winSetOf(wsh, s.t.Bound(), wh, r.WorkspaceLimits.Windows, r.WorkspaceLimits.Windows, now, we.Last, &ev)
 	}
 	kls, wls := make([]WindowLevels, len(r.KeyLimits.Windows)), make([]WindowLevels, len(r.WorkspaceLimits.Windows))
 	st = perMinuteStages(st, ke, we, r.KeyLimits, r.WorkspaceLimits, tokens)
@@ -462,7 +287,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 	st = windowStages(st, ww, r.WorkspaceLimits.Windows, 1, tokens, input, wls)
 	var g *gaugeCheck
 	if kc > 0 || wc > 0 {
-		g = &gaugeCheck{keyCap: kc, keyNow: ks.inFlight[pk], wsCap: wc, wsNow: wsh.inFlight[wh]}
+		g = &gaugeCheck{keyCap: kc, keyNow: ks.InFlight(pk), wsCap: wc, wsNow: wsh.InFlight(wh)}
 	}
 	if r.Reserve > 0 {
 		withReserve(st, r.Reserve)
@@ -480,19 +305,19 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 		d.WorkspaceWindows = wls
 	}
 	if d.Allowed && g != nil {
-		hs := heldSlots{key: pk, ws: wh, haveKey: kc > 0, haveWS: wc > 0}
-		if hs.haveKey {
-			ks.take(pk)
+		hs := heldSlots{Key: pk, WS: wh, HaveKey: kc > 0, HaveWS: wc > 0}
+		if hs.HaveKey {
+			ks.Take(pk)
 		}
-		if hs.haveWS {
-			wsh.take(wh)
+		if hs.HaveWS {
+			wsh.Take(wh)
 		}
-		ks.hold(r.ID, hs)
+		ks.Hold(r.ID, hs)
 	}
-	ke.settle(&r.KeyLimits)
-	we.settle(&r.WorkspaceLimits)
-	kw.settle()
-	ww.settle()
+	ke.Settle(r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute)
+	we.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
+	kw.Settle(4 * MaxWindow)
+	ww.Settle(4 * MaxWindow)
 	unlock()
 	return d, nil
 }
@@ -515,9 +340,9 @@ func reconcileWindows(ws *winSet, r ReconcileRequest, windows []Window, scope in
 			if delta == 0 {
 				continue
 			}
-			wb := ws.find(uint8(m), int64(w.Per), f, ws.last)
-			wb.refill(now)
-			wb.adjust(delta, wb.fig)
+			wb := ws.Find(uint8(m), int64(w.Per), f, ws.Last)
+			wb.Refill(now)
+			wb.Adjust(delta, wb.Fig)
 		}
 	}
 }
@@ -529,36 +354,36 @@ func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
 	now := r.Now.UnixNano()
 	if r.Solo {
 		lim := r.WorkspaceLimits
-		wh := s.workspaceHash(r.Workspace, r.Model)
+		wh := s.t.WorkspaceHash(r.Workspace, r.Model)
 		sh, e, ev := s.solo(r.Workspace, r.Model, &lim, now)
 		reconcileEntry(e, &r, WorkspaceTokens, lim)
-		ws := winSetOf(sh, s.perShard, wh, lim.Windows, nil, now, e.last, &ev)
+		ws := winSetOf(sh, s.t.Bound(), wh, lim.Windows, nil, now, e.Last, &ev)
 		reconcileWindows(ws, r, lim.Windows, 0, now)
-		e.settle(&lim)
-		ws.settle()
-		e.release(sh.epoch.Load())
-		if hs, ok := sh.unhold(r.ID); ok {
-			sh.give(hs.key)
+		e.Settle(lim.RequestsPerMinute, lim.TokensPerMinute)
+		ws.Settle(4 * MaxWindow)
+		e.Release(sh.Epoch())
+		if hs, ok := sh.Unhold(r.ID); ok {
+			sh.Give(hs.Key)
 		}
-		sh.mu.Unlock()
-		s.noteEvictions(ev)
+		sh.Mu.Unlock()
+		s.t.Note(ev)
 		return
 	}
-	pk, wh := s.hashes(r.Key, r.Workspace, r.Model)
+	pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
 	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
 	reconcileEntry(ke, &r, KeyTokens, r.KeyLimits)
 	reconcileEntry(we, &r, WorkspaceTokens, r.WorkspaceLimits)
-	kw := winSetOf(ks, s.perShard, pk, r.KeyLimits.Windows, nil, now, ke.last, &ev)
-	ww := winSetOf(wsh, s.perShard, wh, r.WorkspaceLimits.Windows, nil, now, we.last, &ev)
+	kw := winSetOf(ks, s.t.Bound(), pk, r.KeyLimits.Windows, nil, now, ke.Last, &ev)
+	ww := winSetOf(wsh, s.t.Bound(), wh, r.WorkspaceLimits.Windows, nil, now, we.Last, &ev)
 	reconcileWindows(kw, r, r.KeyLimits.Windows, 0, now)
 	reconcileWindows(ww, r, r.WorkspaceLimits.Windows, 1, now)
-	ke.settle(&r.KeyLimits)
-	we.settle(&r.WorkspaceLimits)
-	kw.settle()
-	ww.settle()
-	releasePair(ks, wsh, ke, we)
+	ke.Settle(r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute)
+	we.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
+	kw.Settle(4 * MaxWindow)
+	ww.Settle(4 * MaxWindow)
+	memstore.ReleasePair(ks, wsh, ke, we)
 	releaseSlots(ks, wsh, r.ID)
-	wsh.mu.Unlock()
-	ks.mu.Unlock()
-	s.noteEvictions(ev)
+	wsh.Mu.Unlock()
+	ks.Mu.Unlock()
+	s.t.Note(ev)
 }

@@ -31,12 +31,7 @@ func TestWindowSetsBoundedAndDebtKept(t *testing.T) {
 		now = now.Add(time.Millisecond)
 		require.True(t, admit("flood-"+strconv.Itoa(i), 1).Allowed)
 	}
-	sets := 0
-	for i := range s.ws {
-		s.ws[i].mu.Lock()
-		sets += len(s.ws[i].wins)
-		s.ws[i].mu.Unlock()
-	}
+	sets := s.t.WinSets()
 	assert.LessOrEqual(t, int64(sets), 256+s.OverBound(), "window sets held to the bound, beyond it only for what they hold")
 	assert.Equal(t, 20_001, sets, "every set holds spend (1 of 100 tokens a day): none is evicted, as none may give a quota back")
 	d := admit("victim", 1)

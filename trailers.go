@@ -1,6 +1,7 @@
 package llmrate
 
 import (
+	"github.com/llmrate/llmrate/internal/memstore"
 	"net/http"
 	"strconv"
 )
@@ -119,9 +120,9 @@ func (t *tracker) sendTrailers(charge int64) {
 // afterCharge is a tokens bucket's whole level, never below 0, once a
 // reconcile replaced est by charge on a bucket of the given capacity that
 // was at level after admission: the same bound on the charge and the same
-// adjustment a store applies (boundActual, then bucket.adjust).
+// adjustment a store applies (boundActual, then memstore.Bucket.Adjust).
 func afterCharge(level, est, charge, capacity int64) int64 {
-	b := bucket{level: level}
-	b.adjust(boundActual(charge, capacity)-est, capacity)
-	return max(b.level, 0)
+	b := memstore.Bucket{Level: level}
+	b.Adjust(boundActual(charge, capacity)-est, capacity)
+	return max(b.Level, 0)
 }

@@ -1,7 +1,7 @@
-//go:build race
+//go:build !race
 
-package llmrate
+package memstore
 
 // raceDetector reports whether the race detector is on (tests scale down
 // their exhaustive passes under it, which runs them ten times slower).
-const raceDetector = true
+const raceDetector = false

@@ -1,4 +1,4 @@
-package llmrate
+package memstore
 
 import (
 	"math/rand/v2"
@@ -13,7 +13,7 @@ import (
 // random inserts, lookups, deletes and sweeps, with hashes chosen to crowd
 // the index (shared home slots, shared tags, runs that wrap around the end,
 // the hash 0), and checks after every step that both hold the same entries
-// and that every entry is found where it should be.
+// and that every Entry is found where it should be.
 func TestEntryTableMatchesMap(t *testing.T) {
 	seeds := uint64(40)
 	if raceDetector { // ten times slower: the races are the other tests' to find
@@ -21,8 +21,8 @@ func TestEntryTableMatchesMap(t *testing.T) {
 	}
 	for seed := uint64(1); seed <= seeds; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 3))
-		var tab entryTable
-		ref := map[uint64]*entry{}
+		var tab Table
+		ref := map[uint64]*Entry{}
 		// A small universe of hashes, most sharing low bits and tags.
 		universe := make([]uint64, 300)
 		for i := range universe {
@@ -42,29 +42,29 @@ func TestEntryTableMatchesMap(t *testing.T) {
 			switch r := rng.IntN(10); {
 			case r < 5:
 				if ref[tableHash(h)] == nil && len(ref) < 250 {
-					e := tab.insert(h)
-					e.last = int64(step)
-					e.unlock()
+					e := tab.Insert(h)
+					e.Last = int64(step)
+					e.Unlock()
 					ref[tableHash(h)] = e
 				}
 			case r < 8:
 				if e := ref[tableHash(h)]; e != nil {
-					tab.delete(e)
+					tab.Delete(e)
 					delete(ref, tableHash(h))
 				}
 			case r == 8: // a sweep deleting about half
-				tab.each(rng.Uint32(), func(e *entry) bool {
+				tab.Each(rng.Uint32(), func(e *Entry) bool {
 					if rng.IntN(2) == 0 {
 						delete(ref, e.h)
-						tab.delete(e)
+						tab.Delete(e)
 					}
 					return true
 				})
 			default: // a sample that stops early
 				n := 0
-				tab.each(rng.Uint32(), func(e *entry) bool {
+				tab.Each(rng.Uint32(), func(e *Entry) bool {
 					if ref[e.h] != e {
-						t.Fatalf("seed %d step %d: each gave an entry not in the map", seed, step)
+						t.Fatalf("seed %d step %d: each gave an Entry not in the map", seed, step)
 					}
 					n++
 					return n < 8
@@ -75,19 +75,19 @@ func TestEntryTableMatchesMap(t *testing.T) {
 			}
 			for _, u := range universe {
 				want := ref[tableHash(u)]
-				if got := tab.get(u); got != want {
+				if got := tab.Get(u); got != want {
 					t.Fatalf("seed %d step %d: get(%#x) = %p, want %p", seed, step, u, got, want)
 				}
-				got := tab.lookup(u) // without the shard's lock: the same answer when no writer runs
+				got := tab.Lookup(u) // without the shard's lock: the same answer when no writer runs
 				if got != want {
 					t.Fatalf("seed %d step %d: lookup(%#x) = %p, want %p", seed, step, u, got, want)
 				}
 				if got != nil {
-					got.unlock()
+					got.Unlock()
 				}
 			}
 			seen := 0
-			tab.each(0, func(e *entry) bool { seen++; return true })
+			tab.Each(0, func(e *Entry) bool { seen++; return true })
 			if seen != len(ref) {
 				t.Fatalf("seed %d step %d: each saw %d entries, want %d", seed, step, seen, len(ref))
 			}
@@ -101,23 +101,23 @@ func TestEntryTableMatchesMap(t *testing.T) {
 // TestEntryTableAddressesStable: an entry's address survives growth, so
 // the store may hold two entries while a second lookup inserts.
 func TestEntryTableAddressesStable(t *testing.T) {
-	var tab entryTable
-	first := tab.insert(42)
-	first.last = 7
-	first.unlock()
+	var tab Table
+	first := tab.Insert(42)
+	first.Last = 7
+	first.Unlock()
 	for h := uint64(100); h < 100_000; h++ {
-		tab.insert(h * 0x9E3779B97F4A7C15).unlock()
+		tab.Insert(h * 0x9E3779B97F4A7C15).Unlock()
 	}
-	if got := tab.get(42); got != first || got.last != 7 {
-		t.Fatalf("entry moved or changed: %p %+v, want %p", got, got, first)
+	if got := tab.Get(42); got != first || got.Last != 7 {
+		t.Fatalf("Entry moved or changed: %p %+v, want %p", got, got, first)
 	}
 	// Freed places are reused before new chunks are made.
 	chunks := len(tab.chunks)
 	for h := uint64(100); h < 1_100; h++ {
-		tab.delete(tab.get(h * 0x9E3779B97F4A7C15))
+		tab.Delete(tab.Get(h * 0x9E3779B97F4A7C15))
 	}
 	for h := uint64(1); h <= 1_000; h++ {
-		tab.insert(h << 40).unlock()
+		tab.Insert(h << 40).Unlock()
 	}
 	if len(tab.chunks) != chunks {
 		t.Fatalf("%d chunks after reuse, want %d", len(tab.chunks), chunks)
@@ -125,25 +125,25 @@ func TestEntryTableAddressesStable(t *testing.T) {
 }
 
 func TestShardsFillCacheLines(t *testing.T) {
-	if n := unsafe.Sizeof(memShard{}); n%64 != 0 {
-		t.Fatalf("memShard is %d bytes, not a multiple of 64", n)
+	if n := unsafe.Sizeof(Shard{}); n%64 != 0 {
+		t.Fatalf("Shard is %d bytes, not a multiple of 64", n)
 	}
 }
 
-// TestEntrySize: an entry stays 56 bytes (BENCHMARKS.md's memory figures
+// TestEntrySize: an Entry stays 56 bytes (BENCHMARKS.md's memory figures
 // rest on it); the mark (solo flag, seconds until full) lives in what was
 // padding.
 func TestEntrySize(t *testing.T) {
-	if n := unsafe.Sizeof(entry{}); n != 56 {
-		t.Fatalf("entry is %d bytes, want 56", n)
+	if n := unsafe.Sizeof(Entry{}); n != 56 {
+		t.Fatalf("Entry is %d bytes, want 56", n)
 	}
 }
 
 // TestEntryTableLookupRacesWriters: lock-free lookups of crowded hashes
 // (shared home slots, shared tags) while a writer inserts, deletes (each
-// delete shifting its probe run back) and grows the table under its lock.
-// A lookup may miss an entry a writer is moving, but never returns another
-// hash's entry; once the writer stops, every resident entry is found.
+// Delete shifting its probe run back) and grows the table under its lock.
+// A lookup may miss an Entry a writer is moving, but never returns another
+// hash's entry; once the writer stops, every resident Entry is found.
 // Run under -race: the index and chunks are published atomically.
 func TestEntryTableLookupRacesWriters(t *testing.T) {
 	crowded := func(rng *rand.Rand) uint64 {
@@ -154,20 +154,20 @@ func TestEntryTableLookupRacesWriters(t *testing.T) {
 		}
 		return h
 	}
-	var tab entryTable
+	var tab Table
 	var mu sync.Mutex // the shard's lock
 	rng := rand.New(rand.NewPCG(5, 8))
 	residents := make([]uint64, 64)
 	mu.Lock()
 	for i := range residents {
 		h := crowded(rng)
-		for tab.get(h) != nil {
+		for tab.Get(h) != nil {
 			h = crowded(rng)
 		}
 		residents[i] = h
-		e := tab.insert(h)
-		e.last = int64(h) // the payload tells whose entry it is
-		e.unlock()
+		e := tab.Insert(h)
+		e.Last = int64(h) // the payload tells whose Entry it is
+		e.Unlock()
 	}
 	mu.Unlock()
 	churn := make([]uint64, 400)
@@ -188,45 +188,45 @@ func TestEntryTableLookupRacesWriters(t *testing.T) {
 				if resident {
 					h = residents[rng.IntN(len(residents))]
 				}
-				e := tab.lookup(h)
+				e := tab.Lookup(h)
 				if e == nil {
 					if resident {
 						misses.Add(1)
 					}
 					continue
 				}
-				if e.h != tableHash(h) || e.last != int64(h) {
-					t.Errorf("lookup(%#x) returned the entry of %#x (payload %#x)", h, e.h, e.last)
+				if e.h != tableHash(h) || e.Last != int64(h) {
+					t.Errorf("lookup(%#x) returned the Entry of %#x (payload %#x)", h, e.h, e.Last)
 				}
 				found.Add(1)
-				e.unlock()
+				e.Unlock()
 			}
 		}()
 	}
 	for step := range 100_000 {
 		h := churn[rng.IntN(len(churn))]
 		mu.Lock()
-		if e := tab.get(h); e != nil {
+		if e := tab.Get(h); e != nil {
 			if !slices.Contains(residents, h) {
-				e.lock()
-				tab.delete(e)
-				e.unlock()
+				e.Lock()
+				tab.Delete(e)
+				e.Unlock()
 			}
 		} else if step%7 != 0 {
-			e := tab.insert(h)
-			e.last = int64(h)
-			e.unlock()
+			e := tab.Insert(h)
+			e.Last = int64(h)
+			e.Unlock()
 		}
 		mu.Unlock()
 	}
 	done.Store(true)
 	wg.Wait()
 	for _, h := range residents {
-		e := tab.lookup(h)
+		e := tab.Lookup(h)
 		if e == nil {
 			t.Fatalf("resident %#x not found once the writer stopped", h)
 		}
-		e.unlock()
+		e.Unlock()
 	}
-	t.Logf("%d lookups found their entry, %d resident lookups missed while the writer ran", found.Load(), misses.Load())
+	t.Logf("%d lookups found their Entry, %d resident lookups missed while the writer ran", found.Load(), misses.Load())
 }

@@ -1,30 +1,30 @@
-package llmrate
+package memstore
 
 import (
 	"runtime"
 	"sync/atomic"
 )
 
-// entryTable maps a 64-bit hash to an entry, compactly: an open-addressing
+// Table maps a 64-bit hash to an Entry, compactly: an open-addressing
 // index of 4-byte slots (linear probing, at most 3/4 full) over entries kept
-// in fixed-size chunks, so an entry costs its own 56 bytes plus 5 to 11
+// in fixed-size chunks, so an Entry costs its own 56 bytes plus 5 to 11
 // bytes of index, where a Go map of pointers costs 24 to 38 more. Entries
 // never move and chunks are never freed; a deleted entry's place is reused.
 //
 // A slot is 0 (empty) or tag<<24 | (index+1): the low 24 bits locate the
-// entry, the top 8 hold hash bits that rule out most mismatches without
+// Entry, the top 8 hold hash bits that rule out most mismatches without
 // touching the entry. A table holds at most maxTableEntries entries.
 //
 // Writers (insert, delete, each) hold the shard's lock. Readers may also
 // look up without it (lookup): the index is an array of atomic slots behind
 // an atomic pointer (grow publishes a new array; the old one stays as it
 // was), and the chunks are published through an atomic directory before
-// any slot points into them. Such a lookup can miss an entry that a
+// any slot points into them. Such a lookup can miss an Entry that a
 // concurrent delete's backward shift or a grow is moving, or find a slot
-// whose entry was deleted or reused since: it locks the entry and checks
+// whose Entry was deleted or reused since: it locks the Entry and checks
 // its hash, and a caller that misses takes the shard's lock and looks
 // again (get).
-type entryTable struct {
+type Table struct {
 	idx    atomic.Pointer[slotIndex]
 	dir    atomic.Pointer[[]*entryChunk] // chunks, for lock-free readers
 	chunks []*entryChunk                 // the same, for writers
@@ -40,7 +40,7 @@ type slotIndex struct {
 	slots []atomic.Uint32
 }
 
-type entryChunk [chunkSize]entry
+type entryChunk [chunkSize]Entry
 
 const (
 	chunkBits       = 6
@@ -51,7 +51,7 @@ const (
 	minTableSlots   = 16
 )
 
-// tableHash maps a hash to the one stored: 0 marks a deleted entry, so a
+// tableHash maps a hash to the one stored: 0 marks a deleted Entry, so a
 // hash of 0 is stored as 1 (a collision of probability 2^-64, as any).
 func tableHash(h uint64) uint64 {
 	if h == 0 {
@@ -62,22 +62,22 @@ func tableHash(h uint64) uint64 {
 
 func slotTag(h uint64) uint32 { return uint32(h>>48) & 0xFF << slotIndexBits }
 
-// at returns the entry at idx, for a writer.
-func (t *entryTable) at(idx uint32) *entry {
+// at returns the Entry at idx, for a writer.
+func (t *Table) at(idx uint32) *Entry {
 	return &t.chunks[idx>>chunkBits][idx&(chunkSize-1)]
 }
 
 // slotCount returns the index's size.
-func (t *entryTable) slotCount() int {
+func (t *Table) slotCount() int {
 	if p := t.idx.Load(); p != nil {
 		return len(p.slots)
 	}
 	return 0
 }
 
-// get returns the entry for h, or nil. The caller holds the shard's lock;
-// the entry is not locked.
-func (t *entryTable) get(h uint64) *entry {
+// Get returns the Entry for h, or nil. The caller holds the shard's lock;
+// the Entry is not locked.
+func (t *Table) Get(h uint64) *Entry {
 	p := t.idx.Load()
 	if t.n == 0 || p == nil {
 		return nil
@@ -97,11 +97,11 @@ func (t *entryTable) get(h uint64) *entry {
 	}
 }
 
-// lookup returns the entry for h locked, or nil, without the shard's lock.
+// Lookup returns the Entry for h locked, or nil, without the shard's lock.
 // nil does not prove h absent: the caller then takes the shard's lock and
-// calls get. A returned entry holds h (checked under its lock), so it
-// stays h's until unlocked: deleting an entry takes its lock.
-func (t *entryTable) lookup(h uint64) *entry {
+// calls get. A returned Entry holds h (checked under its lock), so it
+// stays h's until unlocked: deleting an Entry takes its lock.
+func (t *Table) Lookup(h uint64) *Entry {
 	p := t.idx.Load()
 	if p == nil {
 		return nil
@@ -124,20 +124,20 @@ func (t *entryTable) lookup(h uint64) *entry {
 			return nil
 		}
 		e := &(*d)[idx>>chunkBits][idx&(chunkSize-1)]
-		e.lock()
+		e.Lock()
 		if e.h == h {
 			return e
 		}
-		e.unlock() // another hash's entry, or one deleted or reused since
+		e.Unlock() // another hash's Entry, or one deleted or reused since
 	}
 	return nil
 }
 
-// insert adds an entry for h, which must be absent, and returns it locked,
+// Insert adds an Entry for h, which must be absent, and returns it locked,
 // its fields zero: the caller fills it before unlocking, so that no
 // lock-free lookup sees it unfilled. The caller keeps the table under
 // maxTableEntries.
-func (t *entryTable) insert(h uint64) *entry {
+func (t *Table) Insert(h uint64) *Entry {
 	h = tableHash(h)
 	if (t.n+1)*4 > t.slotCount()*3 {
 		t.grow()
@@ -157,10 +157,10 @@ func (t *entryTable) insert(h uint64) *entry {
 		}
 	}
 	e := t.at(idx)
-	// A lookup that found this place before its entry was deleted may hold
+	// A lookup that found this place before its Entry was deleted may hold
 	// its lock for a moment, to see that the hash is not its own.
-	e.lock()
-	e.h, e.last, e.req, e.tok, e.mark = h, 0, bucket{}, bucket{}, 0
+	e.Lock()
+	e.h, e.Last, e.Req, e.Tok, e.mark = h, 0, Bucket{}, Bucket{}, 0
 	place(t.idx.Load(), h, slotTag(h)|(idx+1))
 	t.n++
 	return e
@@ -177,7 +177,7 @@ func place(p *slotIndex, h uint64, s uint32) {
 
 // grow publishes an index twice the size (readers of the old one keep a
 // consistent, if stale, view).
-func (t *entryTable) grow() {
+func (t *Table) grow() {
 	old := t.idx.Load()
 	n := minTableSlots
 	if old != nil {
@@ -194,10 +194,10 @@ func (t *entryTable) grow() {
 	t.idx.Store(p)
 }
 
-// delete removes e, which must be in the table and locked by the caller.
+// Delete removes e, which must be in the table and locked by the caller.
 // Later slots of its probe run shift back (no tombstones), so lookups stay
 // short.
-func (t *entryTable) delete(e *entry) {
+func (t *Table) Delete(e *Entry) {
 	h := e.h
 	p := t.idx.Load()
 	mask := p.mask
@@ -228,10 +228,10 @@ func (t *entryTable) delete(e *entry) {
 	p.slots[i].Store(0)
 }
 
-// each calls f for every live entry, in index order from start (wrapping),
-// until f returns false. f may delete the entry it is given. The caller
+// Each calls f for every live Entry, in index order from start (wrapping),
+// until f returns false. f may delete the Entry it is given. The caller
 // holds the shard's lock; the entries are not locked.
-func (t *entryTable) each(start uint32, f func(e *entry) bool) {
+func (t *Table) Each(start uint32, f func(e *Entry) bool) {
 	if t.top == 0 {
 		return
 	}
@@ -252,16 +252,16 @@ func (t *entryTable) each(start uint32, f func(e *entry) bool) {
 // epoch at the entry's latest use (memShard.epoch).
 const epochMask = 1<<31 - 1
 
-// lock takes e's lock: a spin lock, held for one decision at most, that
+// Lock takes e's lock: a spin lock, held for one decision at most, that
 // yields the processor while it waits.
-func (e *entry) lock() {
+func (e *Entry) Lock() {
 	if v := e.lk.Load(); v&1 == 0 && e.lk.CompareAndSwap(v, v|1) {
 		return
 	}
 	e.lockSlow()
 }
 
-func (e *entry) lockSlow() {
+func (e *Entry) lockSlow() {
 	for i := 0; ; i++ {
 		if v := e.lk.Load(); v&1 == 0 && e.lk.CompareAndSwap(v, v|1) {
 			return
@@ -272,12 +272,12 @@ func (e *entry) lockSlow() {
 	}
 }
 
-// unlock releases e's lock, leaving its LRU place as it was.
-func (e *entry) unlock() { e.lk.Store(e.lk.Load() &^ 1) }
+// Unlock releases e's lock, leaving its LRU place as it was.
+func (e *Entry) Unlock() { e.lk.Store(e.lk.Load() &^ 1) }
 
-// release releases e's lock after a use at the shard's epoch: the entry
+// Release releases e's lock after a use at the shard's epoch: the entry
 // becomes as recent as any in its shard.
-func (e *entry) release(epoch uint32) { e.lk.Store(epoch << 1) }
+func (e *Entry) Release(epoch uint32) { e.lk.Store(epoch << 1) }
 
 // used returns the epoch of e's latest use; the caller holds e's lock.
-func (e *entry) used() uint32 { return e.lk.Load() >> 1 }
+func (e *Entry) used() uint32 { return e.lk.Load() >> 1 }

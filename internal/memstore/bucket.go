@@ -1,15 +1,15 @@
-package llmrate
+package memstore
 
 import (
 	"math/bits"
 	"time"
 )
 
-// minute is the refill period in nanoseconds: a bucket gains its per-minute
+// Minute is the refill period in nanoseconds: a bucket gains its per-minute
 // figure over exactly this many nanoseconds.
-const minute = uint64(time.Minute)
+const Minute = uint64(time.Minute)
 
-// bucket is one token bucket in exact integer arithmetic.
+// Bucket is one token bucket in exact integer arithmetic.
 //
 // The level is whole units (requests or tokens); frac holds the refill that
 // has accrued but not yet made a whole unit, in 1/minute units, so that
@@ -20,17 +20,17 @@ const minute = uint64(time.Minute)
 // Capacity is 2× rate (the burst), rate is the per-minute figure. A bucket
 // does not store its figures: the caller passes the tier's figures on every
 // call, so a tier change keeps the level and clamps it to the new capacity.
-type bucket struct {
-	level int64
-	frac  int64 // 0 <= frac < minute
+type Bucket struct {
+	Level int64
+	Frac  int64 // 0 <= Frac < Minute
 }
 
-// refill adds the refill of dt nanoseconds at rate units per minute, capped at
+// Refill adds the refill of dt nanoseconds at rate units per minute, capped at
 // capacity. A full bucket keeps no fraction. dt <= 0 refills nothing.
 // Exact for rate up to MaxPerMinute and any dt: the products are 128-bit.
-func (b *bucket) refill(rate, capacity, dt int64) {
-	if b.level >= capacity {
-		b.level, b.frac = capacity, 0
+func (b *Bucket) Refill(rate, capacity, dt int64) {
+	if b.Level >= capacity {
+		b.Level, b.Frac = capacity, 0
 		return
 	}
 	if dt <= 0 {
@@ -39,43 +39,43 @@ func (b *bucket) refill(rate, capacity, dt int64) {
 	// accrued = rate*dt + frac, in 1/minute units.
 	hi, lo := bits.Mul64(uint64(rate), uint64(dt))
 	var c uint64
-	lo, c = bits.Add64(lo, uint64(b.frac), 0)
+	lo, c = bits.Add64(lo, uint64(b.Frac), 0)
 	hi += c
-	// needed = (capacity - level) * minute. capacity - level > 0 and is at
+	// needed = (capacity - level) * Minute. capacity - level > 0 and is at
 	// most 3*capacity (debt is floored at -2*capacity), so it fits.
-	nhi, nlo := bits.Mul64(uint64(capacity-b.level), minute)
+	nhi, nlo := bits.Mul64(uint64(capacity-b.Level), Minute)
 	if hi > nhi || (hi == nhi && lo >= nlo) {
-		b.level, b.frac = capacity, 0
+		b.Level, b.Frac = capacity, 0
 		return
 	}
-	// accrued < needed < 2^64*minute, so the quotient fits in 64 bits.
+	// accrued < needed < 2^64*Minute, so the quotient fits in 64 bits.
 	// Usually accrued fits in 64 bits itself: dividing by the constant
 	// minute then compiles to a multiplication.
 	var q, r uint64
 	if hi == 0 {
-		q, r = lo/minute, lo%minute
+		q, r = lo/Minute, lo%Minute
 	} else {
-		q, r = bits.Div64(hi, lo, minute)
+		q, r = bits.Div64(hi, lo, Minute)
 	}
-	b.level += int64(q)
-	b.frac = int64(r)
+	b.Level += int64(q)
+	b.Frac = int64(r)
 }
 
-// wait returns the exact time until the bucket holds n units at rate units per
-// minute, 0 if it already does. never is true when n exceeds capacity: the
+// Wait returns the exact time until the bucket holds n units at rate units per
+// Minute, 0 if it already does. never is true when n exceeds capacity: the
 // request cannot fit however long it waits. A wait longer than limit is
 // reported as limit (callers clamp anyway, and this keeps it overflow-free).
-// It is pwait with a period of a minute.
-func (b *bucket) wait(n, rate, capacity int64, limit time.Duration) (d time.Duration, never bool) {
-	return b.pwait(n, rate, capacity, limit, minute)
+// It is PWait with a period of a Minute.
+func (b *Bucket) Wait(n, rate, capacity int64, limit time.Duration) (d time.Duration, never bool) {
+	return b.PWait(n, rate, capacity, limit, Minute)
 }
 
-// prefill is bucket.refill with a period of period nanoseconds: it adds
+// Prefill is bucket.refill with a period of period nanoseconds: it adds
 // rate×dt/period, capped at capacity. Exact for any figure up to
 // MaxPerMinute, period up to MaxWindow and any dt (128-bit products).
-func (b *bucket) prefill(rate, capacity, dt int64, period uint64) {
-	if b.level >= capacity {
-		b.level, b.frac = capacity, 0
+func (b *Bucket) Prefill(rate, capacity, dt int64, period uint64) {
+	if b.Level >= capacity {
+		b.Level, b.Frac = capacity, 0
 		return
 	}
 	if dt <= 0 {
@@ -83,32 +83,32 @@ func (b *bucket) prefill(rate, capacity, dt int64, period uint64) {
 	}
 	hi, lo := bits.Mul64(uint64(rate), uint64(dt))
 	var c uint64
-	lo, c = bits.Add64(lo, uint64(b.frac), 0)
+	lo, c = bits.Add64(lo, uint64(b.Frac), 0)
 	hi += c
-	nhi, nlo := bits.Mul64(uint64(capacity-b.level), period)
+	nhi, nlo := bits.Mul64(uint64(capacity-b.Level), period)
 	if hi > nhi || (hi == nhi && lo >= nlo) {
-		b.level, b.frac = capacity, 0
+		b.Level, b.Frac = capacity, 0
 		return
 	}
 	q, r := bits.Div64(hi, lo, period)
-	b.level += int64(q)
-	b.frac = int64(r)
+	b.Level += int64(q)
+	b.Frac = int64(r)
 }
 
-// pwait returns the exact time until the bucket holds n units at rate units
-// per period nanoseconds (the per-minute buckets' period is a minute, a
+// PWait returns the exact time until the bucket holds n units at rate units
+// per period nanoseconds (the per-minute buckets' period is a Minute, a
 // window's its Per), 0 if it already does; limit when longer; never when
 // n exceeds capacity.
-func (b *bucket) pwait(n, rate, capacity int64, limit time.Duration, period uint64) (d time.Duration, never bool) {
+func (b *Bucket) PWait(n, rate, capacity int64, limit time.Duration, period uint64) (d time.Duration, never bool) {
 	if n > capacity {
 		return limit, true
 	}
-	if b.level >= n {
+	if b.Level >= n {
 		return 0, false
 	}
-	hi, lo := bits.Mul64(uint64(n-b.level), period)
+	hi, lo := bits.Mul64(uint64(n-b.Level), period)
 	var br uint64
-	lo, br = bits.Sub64(lo, uint64(b.frac), 0)
+	lo, br = bits.Sub64(lo, uint64(b.Frac), 0)
 	hi -= br
 	lhi, llo := bits.Mul64(uint64(rate), uint64(limit))
 	if hi > lhi || (hi == lhi && lo > llo) {
@@ -121,27 +121,27 @@ func (b *bucket) pwait(n, rate, capacity int64, limit time.Duration, period uint
 	return time.Duration(q), false
 }
 
-// lower sets b to level when b holds more, dropping its fraction; a level
+// Lower sets b to level when b holds more, dropping its fraction; a level
 // below the debt floor (−2 × capacity) is taken at the floor. It reports
 // whether b now holds that level (it held it or more: b was no lower).
-func (b *bucket) lower(level, capacity int64) bool {
+func (b *Bucket) Lower(level, capacity int64) bool {
 	level = max(level, -2*capacity)
-	if level < b.level {
-		b.level, b.frac = level, 0
+	if level < b.Level {
+		b.Level, b.Frac = level, 0
 	}
-	return b.level == level
+	return b.Level == level
 }
 
-// adjust applies a reconcile: delta > 0 debits forward (the level may go
+// Adjust applies a reconcile: delta > 0 debits forward (the level may go
 // negative, floored at -2*capacity so one bad reading cannot wedge a bucket
 // for long), delta < 0 credits back (capped at capacity).
-func (b *bucket) adjust(delta, capacity int64) {
-	l := b.level - delta
+func (b *Bucket) Adjust(delta, capacity int64) {
+	l := b.Level - delta
 	switch {
-	case delta > 0 && (l > b.level || l < -2*capacity): // overflow or floor
+	case delta > 0 && (l > b.Level || l < -2*capacity): // overflow or floor
 		l = -2 * capacity
-	case delta < 0 && (l < b.level || l >= capacity): // overflow or cap
-		l, b.frac = capacity, 0
+	case delta < 0 && (l < b.Level || l >= capacity): // overflow or cap
+		l, b.Frac = capacity, 0
 	}
-	b.level = l
+	b.Level = l
 }

@@ -1,4 +1,4 @@
-package llmrate
+package memstore
 
 import (
 	"math/big"
@@ -13,7 +13,7 @@ import (
 func TestBucketSteps(t *testing.T) {
 	t.Parallel()
 	const rate, capacity = 100, 200 // Free requests: 100/min, burst 200
-	b := bucket{level: capacity}
+	b := Bucket{Level: capacity}
 	steps := []struct {
 		name      string
 		dt        time.Duration
@@ -31,27 +31,27 @@ func TestBucketSteps(t *testing.T) {
 		{"and the full burst is there", 0, 200, true, 0},
 	}
 	for _, s := range steps {
-		b.refill(rate, capacity, int64(s.dt))
-		ok := b.level >= s.n
+		b.Refill(rate, capacity, int64(s.dt))
+		ok := b.Level >= s.n
 		if ok {
-			b.level -= s.n
+			b.Level -= s.n
 		}
 		assert.Equal(t, s.wantOK, ok, s.name)
-		assert.Equal(t, s.wantLevel, b.level, s.name)
+		assert.Equal(t, s.wantLevel, b.Level, s.name)
 	}
 }
 
 // TestBucketExactAgainstBigRat checks refill against exact rational
-// arithmetic for random figures up to MaxPerMinute and random slicings of
+// arithmetic for random figures up to maxPerMinute and random slicings of
 // elapsed time up to years: no drift, no overflow.
 func TestBucketExactAgainstBigRat(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 2000 {
-		rate := 1 + r.Int64N(MaxPerMinute)
+		rate := 1 + r.Int64N(maxPerMinute)
 		capacity := 2 * rate
 		start := r.Int64N(capacity + 1)
-		b := bucket{level: start}
+		b := Bucket{Level: start}
 		exact := new(big.Rat).SetInt64(start)
 		var total int64
 		for range 1 + r.IntN(20) {
@@ -65,15 +65,15 @@ func TestBucketExactAgainstBigRat(t *testing.T) {
 				dt = r.Int64N(int64(5 * 365 * 24 * time.Hour))
 			}
 			total += dt
-			b.refill(rate, capacity, dt)
-			// exact level: min(capacity, start + rate*elapsed/minute),
+			b.Refill(rate, capacity, dt)
+			// exact Level: min(capacity, start + rate*elapsed/Minute),
 			// valid while the bucket never hit capacity in between; we
 			// compare in the unclamped region or against capacity.
-			exact.Add(exact, new(big.Rat).SetFrac(new(big.Int).Mul(big.NewInt(rate), big.NewInt(dt)), big.NewInt(int64(minute))))
+			exact.Add(exact, new(big.Rat).SetFrac(new(big.Int).Mul(big.NewInt(rate), big.NewInt(dt)), big.NewInt(int64(Minute))))
 			if exact.Cmp(new(big.Rat).SetInt64(capacity)) >= 0 {
 				exact.SetInt64(capacity)
 			}
-			got := new(big.Rat).Add(new(big.Rat).SetInt64(b.level), big.NewRat(b.frac, int64(minute)))
+			got := new(big.Rat).Add(new(big.Rat).SetInt64(b.Level), big.NewRat(b.Frac, int64(Minute)))
 			require.Zero(t, exact.Cmp(got), "rate %d start %d after %d ns: got %s want %s", rate, start, total, got.FloatString(9), exact.FloatString(9))
 		}
 	}
@@ -81,33 +81,37 @@ func TestBucketExactAgainstBigRat(t *testing.T) {
 
 func TestBucketWait(t *testing.T) {
 	t.Parallel()
-	b := bucket{level: 0}
-	d, never := b.wait(1, 100, 200, time.Minute)
+	b := Bucket{Level: 0}
+	d, never := b.Wait(1, 100, 200, time.Minute)
 	assert.False(t, never)
 	assert.Equal(t, 600*time.Millisecond, d, "one request at 100/min")
-	d, _ = b.wait(2, 100, 200, time.Minute)
+	d, _ = b.Wait(2, 100, 200, time.Minute)
 	assert.Equal(t, 1200*time.Millisecond, d)
-	_, never = b.wait(201, 100, 200, time.Minute)
+	_, never = b.Wait(201, 100, 200, time.Minute)
 	assert.True(t, never, "more than the capacity never fits")
-	d, _ = b.wait(200, 1, 2, time.Minute)
+	d, _ = b.Wait(200, 1, 2, time.Minute)
 	assert.Equal(t, time.Minute, d, "waits past the limit report the limit")
-	b = bucket{level: 0, frac: int64(minute) - 1} // a hair under one unit
-	d, _ = b.wait(1, MaxPerMinute, 2*MaxPerMinute, time.Minute)
+	b = Bucket{Level: 0, Frac: int64(Minute) - 1} // a hair under one unit
+	d, _ = b.Wait(1, maxPerMinute, 2*maxPerMinute, time.Minute)
 	assert.Equal(t, time.Duration(1), d, "rounds up to the next nanosecond")
-	b = bucket{level: -2 * 2 * MaxPerMinute}
-	d, _ = b.wait(2*MaxPerMinute, MaxPerMinute, 2*MaxPerMinute, time.Minute)
+	b = Bucket{Level: -2 * 2 * maxPerMinute}
+	d, _ = b.Wait(2*maxPerMinute, maxPerMinute, 2*maxPerMinute, time.Minute)
 	assert.Equal(t, time.Minute, d, "deep debt at the largest figure does not overflow")
 }
 
 func TestBucketAdjust(t *testing.T) {
 	t.Parallel()
-	b := bucket{level: 100}
-	b.adjust(-1000, 400)
-	assert.Equal(t, int64(400), b.level, "credit caps at capacity")
-	b.adjust(2000, 400)
-	assert.Equal(t, int64(-800), b.level, "debit may go into debt, floored at -2×capacity")
-	b.adjust(1<<62, 400)
-	assert.Equal(t, int64(-800), b.level, "huge debit cannot wrap around")
-	b.refill(200, 400, int64(time.Hour))
-	assert.Equal(t, int64(400), b.level, "an idle hour brings a bucket in debt back exactly full")
+	b := Bucket{Level: 100}
+	b.Adjust(-1000, 400)
+	assert.Equal(t, int64(400), b.Level, "credit caps at capacity")
+	b.Adjust(2000, 400)
+	assert.Equal(t, int64(-800), b.Level, "debit may go into debt, floored at -2×capacity")
+	b.Adjust(1<<62, 400)
+	assert.Equal(t, int64(-800), b.Level, "huge debit cannot wrap around")
+	b.Refill(200, 400, int64(time.Hour))
+	assert.Equal(t, int64(400), b.Level, "an idle hour brings a bucket in debt back exactly full")
 }
+
+// maxPerMinute is the root's MaxPerMinute, the largest per-minute figure
+// the arithmetic must be exact for.
+const maxPerMinute = 1_000_000_000_000
