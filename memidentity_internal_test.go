@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// TestLimiterFillsMemoryIDTable: memidentity.go says the limiter
+// TestLimiterFillsMemoryIDTable: memidentity.go (and
+// internal/memstore/ids.go) say the limiter
 // sends no identity to the memory store, "so only direct callers pay for"
 // the identity table. Under a gauge (ConcurrentRequests) it does send one
 // with every admission and reconcile: each gauged request leaves an
