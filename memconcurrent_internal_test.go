@@ -395,9 +395,10 @@ func TestEvictionWaitsForAHeldEntry(t *testing.T) {
 			var ks, wsh *memShard
 			var ke, we *entry
 			if solo {
-				wsh, we, _ = s.soloEntry(ws, "", &lim, n)
+				wsh, we, _ = s.t.SoloEntry(s.t.WorkspaceHash(ws, ""), perMinute(&lim), n)
 			} else {
-				ks, wsh, ke, we, _ = s.pair(key, ws, "", &lim, &lim, n)
+				pk, wh := s.t.Hashes(key, ws, "")
+				ks, wsh, ke, we, _ = s.t.Pair(pk, wh, perMinute(&lim), perMinute(&lim), n)
 			}
 			var flooded atomic.Int64
 			done := make(chan struct{})

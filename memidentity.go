@@ -32,14 +32,31 @@ func (s *MemoryStore) ForgottenIDs() int64 {
 // admitOnce decides r (which has an ID) at most once: a repeat within
 // five seconds of its clock (memstore.AdmitIDLife) gets the first
 // decision. A refusal debited nothing and is not remembered.
-func (s *MemoryStore) admitOnce(r AdmitRequest) (Decision, error) {
-	return s.idsOf().AdmitOnce(r.ID, r.Now.UnixNano(),
-		func() (Decision, error) { return s.admitAny(&r) },
-		func(d Decision) bool { return d.Allowed })
+func (s *MemoryStore) admitOnce(r *AdmitRequest) (Decision, error) {
+	now := r.Now.UnixNano()
+	t := s.idsOf()
+	sh := t.Lock(r.ID)
+	defer sh.Mu.Unlock()
+	if d, ok := sh.Admits.Get(r.ID, now); ok {
+		return d, nil
+	}
+	d, err := s.admitAny(r)
+	if err == nil && d.Allowed {
+		t.Admit(sh, r.ID, d, now)
+	}
+	return d, err
 }
 
 // reconcileOnce applies r (which has an ID) at most once within thirty
 // seconds of its clock (memstore.ReconcileIDLife).
-func (s *MemoryStore) reconcileOnce(r ReconcileRequest) {
-	s.idsOf().ReconcileOnce(r.ID, r.Now.UnixNano(), func() { s.reconcile(&r) })
+func (s *MemoryStore) reconcileOnce(r *ReconcileRequest) {
+	now := r.Now.UnixNano()
+	t := s.idsOf()
+	sh := t.Lock(r.ID)
+	defer sh.Mu.Unlock()
+	if _, ok := sh.Recons.Get(r.ID, now); ok {
+		return
+	}
+	s.reconcile(r)
+	t.Reconcile(sh, r.ID, now)
 }

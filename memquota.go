@@ -318,10 +318,11 @@ func (g *stager) windows(windows []Window, scope int, ws *winSet, qs *quotaSet, 
 	// which creating may move (and the quota buckets likewise into qs.B).
 	for i := range windows {
 		w := &windows[i]
+		id := quotaIDOf(w)
 		for m, b := range WindowMeters()[scope] {
 			if f := w.Figure(b); f > 0 {
 				if isQuota(*w) {
-					g.c.s.t.At(qs.Find(uint8(m), quotaID(w)), w.Zone, now)
+					g.c.s.t.At(qs.Find(uint8(m), &id), w.Zone, now)
 				} else {
 					ws.Find(uint8(m), int64(w.Per), f, ws.Last)
 				}
@@ -330,6 +331,7 @@ func (g *stager) windows(windows []Window, scope int, ws *winSet, qs *quotaSet, 
 	}
 	for i := range windows {
 		w := &windows[i]
+		id := quotaIDOf(w)
 		for m, b := range WindowMeters()[scope] {
 			f := w.Figure(b)
 			if f == 0 {
@@ -337,7 +339,7 @@ func (g *stager) windows(windows []Window, scope int, ws *winSet, qs *quotaSet, 
 			}
 			s := qStage{w: w, rate: f, cap: f, period: uint64(w.Per), bucket: b, lent: lent, levels: &levels[i]}
 			if isQuota(*w) {
-				s.q = qs.Find(uint8(m), quotaID(w))
+				s.q = qs.Find(uint8(m), &id)
 			} else {
 				s.b = &ws.Find(uint8(m), int64(w.Per), f, ws.Last).Bucket
 			}
@@ -718,6 +720,7 @@ func (s *MemoryStore) reconcileQuotaWindows(ws *winSet, qs *quotaSet, r Reconcil
 	now := max(memstore.LastOf(qs), r.Now.UnixNano())
 	for i := range windows {
 		w := &windows[i]
+		id := quotaIDOf(w)
 		for m, b := range WindowMeters()[scope] {
 			f := w.Figure(b)
 			if f == 0 {
@@ -732,7 +735,7 @@ func (s *MemoryStore) reconcileQuotaWindows(ws *winSet, qs *quotaSet, r Reconcil
 				}
 				continue
 			}
-			q := qs.Find(uint8(m), quotaID(w))
+			q := qs.Find(uint8(m), &id)
 			s.t.At(q, w.Zone, now)
 			inForce := q.End != 0 && admitted >= q.Start && admitted < q.End
 			switch {
@@ -740,8 +743,8 @@ func (s *MemoryStore) reconcileQuotaWindows(ws *winSet, qs *quotaSet, r Reconcil
 				q.Add(delta, f)
 			case delta > 0:
 				if q.Session && q.End == 0 {
-					openSession(qs, w, scope, now)    // one session for all the window's meters
-					q = qs.Find(uint8(m), quotaID(w)) // creating the others may have moved it
+					openSession(qs, w, scope, now) // one session for all the window's meters
+					q = qs.Find(uint8(m), &id)     // creating the others may have moved it
 				}
 				q.Add(delta, f)
 			}
@@ -752,9 +755,10 @@ func (s *MemoryStore) reconcileQuotaWindows(ws *winSet, qs *quotaSet, r Reconcil
 // openSession opens session window w's session at now in each of its
 // meters' buckets that has none open (a late debit opening it).
 func openSession(qs *quotaSet, w *Window, scope int, now int64) {
+	id := quotaID(w)
 	for m, b := range WindowMeters()[scope] {
 		if w.Figure(b) > 0 {
-			q := qs.Find(uint8(m), quotaID(w))
+			q := qs.Find(uint8(m), &id)
 			if q.End != 0 && now >= q.End {
 				q.Spent, q.Start, q.End = 0, 0, 0
 			}
@@ -814,6 +818,7 @@ func (s *MemoryStore) peekWindows(sh *memShard, h uint64, windows []Window, scop
 	ws, qs := sh.WinSetAt(h), sh.QuotaSetAt(h)
 	for i := range windows {
 		w := &windows[i]
+		id := quotaIDOf(w)
 		for m, b := range WindowMeters()[scope] {
 			f := w.Figure(b)
 			if f == 0 {
@@ -825,7 +830,7 @@ func (s *MemoryStore) peekWindows(sh *memShard, h uint64, windows []Window, scop
 				q := quotaBucket{Cal: calendar.Kind(w.Calendar), Session: w.Session, Per: int64(w.Per)}
 				at := now
 				if qs != nil {
-					if p := qs.Lookup(uint8(m), quotaID(w)); p != nil {
+					if p := qs.Lookup(uint8(m), &id); p != nil {
 						q = *p // a copy: Peek changes nothing
 					}
 					at = max(at, qs.Last)
@@ -898,12 +903,13 @@ func (s *MemoryStore) followQuotas(r *AdmitRequest, d *Decision) {
 			if !isQuota(*w) {
 				continue
 			}
+			id := quotaID(w)
 			for m, b := range WindowMeters()[sd.scope] {
 				f := w.Figure(b)
 				if f == 0 {
 					continue
 				}
-				q := qs.Find(uint8(m), quotaID(w))
+				q := qs.Find(uint8(m), &id)
 				s.t.At(q, w.Zone, qs.Last)
 				s.t.Follow(q, w.Zone, max(f-sd.levels[i].Level(b), 0), sd.levels[i].ResetAt())
 			}

@@ -97,63 +97,63 @@ func perMinute(l *Limits) memstore.Figures {
 	return memstore.Figures{Requests: l.RequestsPerMinute, Tokens: l.TokensPerMinute}
 }
 
-// lock locks the entries of (key, workspace, model) and their shards:
-// memstore.Tables.Lock.
-func (s *MemoryStore) lock(key, workspace, model string, kl, wl *Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
-	pk, wh := s.t.Hashes(key, workspace, model)
-	return s.t.Lock(pk, wh, perMinute(kl), perMinute(wl), now)
-}
-
-// pair returns the entries of (key, workspace, model), locked, without
-// their shards: memstore.Tables.Pair.
-func (s *MemoryStore) pair(key, workspace, model string, kl, wl *Limits, now int64) (ks, wsh *memShard, ke, we *entry, ev evicted) {
-	pk, wh := s.t.Hashes(key, workspace, model)
-	return s.t.Pair(pk, wh, perMinute(kl), perMinute(wl), now)
-}
-
-// solo returns a Solo request's one entry and its shard, both locked:
-// memstore.Tables.Solo.
-func (s *MemoryStore) solo(workspace, model string, lim *Limits, now int64) (sh *memShard, e *entry, ev evicted) {
-	return s.t.Solo(s.t.WorkspaceHash(workspace, model), perMinute(lim), now)
-}
-
-// soloEntry is solo holding only the entry's lock: memstore.Tables.SoloEntry.
-func (s *MemoryStore) soloEntry(workspace, model string, lim *Limits, now int64) (sh *memShard, e *entry, ev evicted) {
-	return s.t.SoloEntry(s.t.WorkspaceHash(workspace, model), perMinute(lim), now)
-}
-
 // exactLevels is ModelLevels with each bucket's fraction.
 func (s *MemoryStore) exactLevels(key, workspace, model string, kl, wl Limits, now time.Time) [4]bucket {
 	return s.t.Levels(key, workspace, model, perMinute(&kl), perMinute(&wl), now)
 }
 
-// winSetOf is memstore.Shard.WinSetOf for windows (created when it has
-// any), an admission's buckets advanced to the figures of at (nil for a
-// reconcile).
+// winSetOf returns the window set of entry hash h in sh (created when
+// windows has any: memstore.Shard.NewWinSet), an admission's buckets
+// advanced to the figures of at (nil for a reconcile: memstore.WinSet.Advance).
 func winSetOf(sh *memShard, bound int, h uint64, windows, at []Window, now, last int64, ev *evicted) *winSet {
-	var fig memstore.FigureOf
-	if len(at) > 0 {
-		fig = func(per int64, m uint8) int64 {
-			for _, w := range at {
-				if int64(w.Per) == per {
-					return w.Figure(WindowMeters()[0][m])
-				}
-			}
-			return 0
+	ws := sh.WinSetAt(h)
+	if ws == nil {
+		if len(windows) == 0 {
+			return nil
 		}
+		return sh.NewWinSet(bound, h, now, last, ev)
 	}
-	return sh.WinSetOf(bound, h, len(windows) > 0, fig, now, last, ev)
+	if len(at) == 0 {
+		ws.Advance(now, nil)
+		return ws
+	}
+	var buf [2 * MaxWindows]memstore.WinFigures
+	figs := buf[:0]
+	for i := range at {
+		w := &at[i]
+		figs = append(figs, memstore.WinFigures{Per: int64(w.Per), Figs: [4]int64{w.Requests, w.Tokens, w.InputTokens, w.OutputTokens}})
+	}
+	ws.Advance(now, figs)
+	return ws
 }
 
-// quotaSetOf is memstore.Shard.QuotaSetOf, created when windows holds a
-// calendar or session window.
+// quotaSetOf returns the quota set of entry hash h in sh, its clock at
+// least now, created when windows holds a calendar or session window
+// (memstore.Shard.NewQuotaSet).
 func quotaSetOf(sh *memShard, bound int, h uint64, windows []Window, now int64, ev *evicted) *quotaSet {
-	return sh.QuotaSetOf(bound, h, hasQuota(windows), now, ev)
+	if qs := sh.QuotaSetAt(h); qs != nil {
+		qs.Last = max(qs.Last, now)
+		return qs
+	}
+	if !hasQuota(windows) {
+		return nil
+	}
+	return sh.NewQuotaSet(bound, h, now, ev)
 }
 
 // quotaID is calendar or session window w's identity in a quota set.
 func quotaID(w *Window) memstore.QuotaID {
 	return memstore.QuotaID{Cal: calendar.Kind(w.Calendar), Session: w.Session, Per: int64(w.Per), Zone: zoneName(w.Zone)}
+}
+
+// quotaIDOf is quotaID for a calendar or session window, the zero
+// QuotaID for a rolling one: a decision's loops over a window's meters
+// take it once per window.
+func quotaIDOf(w *Window) memstore.QuotaID {
+	if !isQuota(*w) {
+		return memstore.QuotaID{}
+	}
+	return quotaID(w)
 }
 
 // gaugeCheck is what decide needs to know of the gauges in force: each
@@ -294,7 +294,7 @@ var errHeldID = errors.New("llmrate: this admission ID already holds concurrency
 // (AdmitRequest.Reserve) above MaxReserve is decided as MaxReserve.
 func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error) {
 	if r.ID != "" {
-		return s.admitOnce(r)
+		return s.admitOnce(&r)
 	}
 	if windowed(r.KeyLimits, r.WorkspaceLimits) {
 		if mayQuota(&r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
@@ -362,8 +362,6 @@ func (s *MemoryStore) admit(r *AdmitRequest) Decision {
 		s.t.Note(ev)
 		return d
 	}
-	// The tables' calls directly, not through pair: one call fewer on the
-	// commonest admission (bench/memstore-move-instructions.txt).
 	pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
 	ks, wsh, ke, we, ev := s.t.Pair(pk, wh, perMinute(&r.KeyLimits), perMinute(&r.WorkspaceLimits), now)
 	d := decide(&ke.Req, &ke.Tok, &we.Req, &we.Tok, &r.KeyLimits, &r.WorkspaceLimits, r.Tokens, r.MaxWait, nil)
@@ -382,7 +380,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 	now := r.Now.UnixNano()
 	if r.Solo {
 		wh := s.t.WorkspaceHash(r.Workspace, r.Model)
-		sh, e, ev := s.solo(r.Workspace, r.Model, &r.WorkspaceLimits, now)
+		sh, e, ev := s.t.Solo(wh, perMinute(&r.WorkspaceLimits), now)
 		if sh.Holds(r.ID) {
 			e.Release(sh.Epoch())
 			sh.Mu.Unlock()
@@ -402,7 +400,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 	}
 	kc, wc := max(0, r.KeyLimits.ConcurrentRequests), max(0, r.WorkspaceLimits.ConcurrentRequests)
 	pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.t.Lock(pk, wh, perMinute(&r.KeyLimits), perMinute(&r.WorkspaceLimits), now)
 	if ks.Holds(r.ID) {
 		memstore.ReleasePair(ks, wsh, ke, we)
 		wsh.Mu.Unlock()
@@ -436,7 +434,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 // slots that the admission with r.ID took, if it still holds any.
 func (s *MemoryStore) Reconcile(_ context.Context, r ReconcileRequest) error {
 	if r.ID != "" {
-		s.reconcileOnce(r)
+		s.reconcileOnce(&r)
 		return nil
 	}
 	s.reconcile(&r)
@@ -460,14 +458,15 @@ func (s *MemoryStore) reconcile(r *ReconcileRequest) {
 	if r.ID == "" {
 		// No gauge slots to release: the entries' locks are enough.
 		if r.Solo {
-			sh, e, ev := s.soloEntry(r.Workspace, r.Model, &r.WorkspaceLimits, now)
+			sh, e, ev := s.t.SoloEntry(s.t.WorkspaceHash(r.Workspace, r.Model), perMinute(&r.WorkspaceLimits), now)
 			reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
 			e.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
 			e.Release(sh.Epoch())
 			s.t.Note(ev)
 			return
 		}
-		ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
+		pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
+		ks, wsh, ke, we, ev := s.t.Pair(pk, wh, perMinute(&r.KeyLimits), perMinute(&r.WorkspaceLimits), now)
 		reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
 		reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
 		ke.Settle(r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute)
@@ -477,7 +476,7 @@ func (s *MemoryStore) reconcile(r *ReconcileRequest) {
 		return
 	}
 	if r.Solo {
-		sh, e, ev := s.solo(r.Workspace, r.Model, &r.WorkspaceLimits, now)
+		sh, e, ev := s.t.Solo(s.t.WorkspaceHash(r.Workspace, r.Model), perMinute(&r.WorkspaceLimits), now)
 		reconcileEntry(e, r, WorkspaceTokens, r.WorkspaceLimits)
 		e.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
 		e.Release(sh.Epoch())
@@ -488,7 +487,8 @@ func (s *MemoryStore) reconcile(r *ReconcileRequest) {
 		s.t.Note(ev)
 		return
 	}
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
+	pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
+	ks, wsh, ke, we, ev := s.t.Lock(pk, wh, perMinute(&r.KeyLimits), perMinute(&r.WorkspaceLimits), now)
 	reconcileEntry(ke, r, KeyTokens, r.KeyLimits)
 	reconcileEntry(we, r, WorkspaceTokens, r.WorkspaceLimits)
 	ke.Settle(r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute)
@@ -680,7 +680,7 @@ func (s *MemoryStore) Follow(r AdmitRequest, d Decision) {
 		}
 	}
 	if r.Solo {
-		sh, e, ev := s.soloEntry(r.Workspace, r.Model, &wl, now)
+		sh, e, ev := s.t.SoloEntry(s.t.WorkspaceHash(r.Workspace, r.Model), perMinute(&wl), now)
 		e.Lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], wl.RequestsPerMinute, wl.TokensPerMinute)
 		e.Release(sh.Epoch())
 		s.t.Note(ev)
@@ -689,7 +689,8 @@ func (s *MemoryStore) Follow(r AdmitRequest, d Decision) {
 		}
 		return
 	}
-	ks, wsh, ke, we, ev := s.pair(r.Key, r.Workspace, r.Model, &kl, &wl, now)
+	pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
+	ks, wsh, ke, we, ev := s.t.Pair(pk, wh, perMinute(&kl), perMinute(&wl), now)
 	ke.Lower(d.Remaining[KeyRequests], d.Remaining[KeyTokens], kl.RequestsPerMinute, kl.TokensPerMinute)
 	we.Lower(d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens], wl.RequestsPerMinute, wl.TokensPerMinute)
 	memstore.ReleasePair(ks, wsh, ke, we)

@@ -207,7 +207,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 	if r.Solo {
 		lim := r.WorkspaceLimits
 		wh := s.t.WorkspaceHash(r.Workspace, r.Model)
-		sh, e, ev0 := s.solo(r.Workspace, r.Model, &lim, now)
+		sh, e, ev0 := s.t.Solo(wh, perMinute(&lim), now)
 		ev = ev0
 		if r.ID != "" {
 			if sh.Holds(r.ID) {
@@ -263,7 +263,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 		return Decision{}, ErrNoAdmissionID
 	}
 	pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.t.Lock(pk, wh, perMinute(&r.KeyLimits), perMinute(&r.WorkspaceLimits), now)
 	unlock := func() {
 		memstore.ReleasePair(ks, wsh, ke, we)
 		wsh.Mu.Unlock()
@@ -355,7 +355,7 @@ func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
 	if r.Solo {
 		lim := r.WorkspaceLimits
 		wh := s.t.WorkspaceHash(r.Workspace, r.Model)
-		sh, e, ev := s.solo(r.Workspace, r.Model, &lim, now)
+		sh, e, ev := s.t.Solo(wh, perMinute(&lim), now)
 		reconcileEntry(e, &r, WorkspaceTokens, lim)
 		ws := winSetOf(sh, s.t.Bound(), wh, lim.Windows, nil, now, e.Last, &ev)
 		reconcileWindows(ws, r, lim.Windows, 0, now)
@@ -370,7 +370,7 @@ func (s *MemoryStore) reconcileWindowed(r ReconcileRequest) {
 		return
 	}
 	pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
-	ks, wsh, ke, we, ev := s.lock(r.Key, r.Workspace, r.Model, &r.KeyLimits, &r.WorkspaceLimits, now)
+	ks, wsh, ke, we, ev := s.t.Lock(pk, wh, perMinute(&r.KeyLimits), perMinute(&r.WorkspaceLimits), now)
 	reconcileEntry(ke, &r, KeyTokens, r.KeyLimits)
 	reconcileEntry(we, &r, WorkspaceTokens, r.WorkspaceLimits)
 	kw := winSetOf(ks, s.t.Bound(), pk, r.KeyLimits.Windows, nil, now, ke.Last, &ev)

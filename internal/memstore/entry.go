@@ -83,11 +83,19 @@ func (e *Entry) Advance(now int64, rpm, tpm int64) {
 // refill, below full), else the exact time, rounded up to the second. An
 // entry held to figures smaller than those of its debt may owe far longer
 // than the 6 minutes a debt at its own figures takes (issue 18 item 9).
+//
+// The common case (no debt) is small enough to inline into the root's
+// decisions; a debt's exact time is settleDebt's.
 func (e *Entry) Settle(rpm, tpm int64) {
-	if e.Req.Level >= 0 && e.Tok.Level >= 0 {
-		e.mark.setFullIn(fullIdleSeconds)
-		return
+	if e.Req.Level|e.Tok.Level < 0 {
+		e.settleDebt(rpm, tpm)
+	} else {
+		e.mark = e.mark&markSolo | fullIdleSeconds // setFullIn, within the inlining budget
 	}
+}
+
+// settleDebt is Settle for an entry in debt.
+func (e *Entry) settleDebt(rpm, tpm int64) {
 	e.mark.setFullIn(max(secondsToFull(e.Req, rpm), secondsToFull(e.Tok, tpm)))
 }
 

@@ -41,16 +41,20 @@ const idShards = 16
 // fallback, which is sent every identity while Redis is out) pay for it.
 type IDs[D any] struct {
 	seed      maphash.Seed
-	shards    [idShards]idShard[D]
+	shards    [idShards]IDShard[D]
 	forgotten atomic.Int64 // identities forgotten before their life ended, for room
 }
 
-// idShard is one shard of an IDs: its lock, and its admissions' decisions
-// and applied reconciles by ID.
-type idShard[D any] struct {
-	mu     sync.Mutex
-	admits *idrecord.Record[string, D]        // admitted, by ID
-	recons *idrecord.Record[string, struct{}] // applied, by ID
+// IDShard is one shard of an IDs: its lock, and its admissions' decisions
+// and applied reconciles by ID, read under it. The root's admitOnce and
+// reconcileOnce hold the lock (Lock) across the admission or reconcile it
+// guards, and read the records themselves: a method returning a decision
+// would copy it once more on the commonest call with an ID, a resend
+// (bench/memstore-move-instructions.txt).
+type IDShard[D any] struct {
+	Mu     sync.Mutex
+	Admits *idrecord.Record[string, D]        // admitted, by ID; record with IDs.Admit
+	Recons *idrecord.Record[string, struct{}] // applied, by ID; record with IDs.Reconcile
 }
 
 // NewIDs returns a table holding at most admits and recons identities
@@ -59,21 +63,36 @@ type idShard[D any] struct {
 func NewIDs[D any](admits, recons int) *IDs[D] {
 	t := &IDs[D]{seed: maphash.MakeSeed()}
 	for i := range t.shards {
-		t.shards[i] = idShard[D]{
-			admits: idrecord.New[string, D](AdmitIDLife, (admits+idShards-1)/idShards),
-			recons: idrecord.New[string, struct{}](ReconcileIDLife, (recons+idShards-1)/idShards),
+		t.shards[i] = IDShard[D]{
+			Admits: idrecord.New[string, D](AdmitIDLife, (admits+idShards-1)/idShards),
+			Recons: idrecord.New[string, struct{}](ReconcileIDLife, (recons+idShards-1)/idShards),
 		}
 	}
 	return t
 }
 
-// lock returns id's shard, locked. Its lock is held across the admission
+// Lock returns id's shard, locked. Its lock is held across the admission
 // or reconcile it guards (taken before the buckets' locks, never after), so
-// two concurrent sends of one ID are decided once.
-func (t *IDs[D]) lock(id string) *idShard[D] {
+// two concurrent sends of one ID are decided once; the caller unlocks it
+// (IDShard.Mu).
+func (t *IDs[D]) Lock(id string) *IDShard[D] {
 	sh := &t.shards[maphash.String(t.seed, id)%idShards]
-	sh.mu.Lock()
+	sh.Mu.Lock()
 	return sh
+}
+
+// Admit records admission id's decision d (an admission: a refusal
+// debited nothing and is not remembered), forgetting the shard's oldest
+// for room when it is full (counted in Forgotten). The caller holds sh's
+// lock.
+func (t *IDs[D]) Admit(sh *IDShard[D], id string, d D, now int64) {
+	put(&t.forgotten, sh.Admits, id, d, now)
+}
+
+// Reconcile records that reconcile id was applied, as Admit does. The
+// caller holds sh's lock.
+func (t *IDs[D]) Reconcile(sh *IDShard[D], id string, now int64) {
+	put(&t.forgotten, sh.Recons, id, struct{}{}, now)
 }
 
 // put records id in r, forgetting r's oldest identity for room when r is
@@ -83,36 +102,6 @@ func put[V any](forgotten *atomic.Int64, r *idrecord.Record[string, V], id strin
 		r.DropOldest()
 		forgotten.Add(1)
 	}
-}
-
-// AdmitOnce returns the decision recorded for admission id within
-// AdmitIDLife of now, else decides it with decide, recording the decision
-// when record says so (a refusal debited nothing and is not remembered).
-// id's shard is locked throughout, so two concurrent sends of one ID are
-// decided once.
-func (t *IDs[D]) AdmitOnce(id string, now int64, decide func() (D, error), record func(D) bool) (D, error) {
-	sh := t.lock(id)
-	defer sh.mu.Unlock()
-	if d, ok := sh.admits.Get(id, now); ok {
-		return d, nil
-	}
-	d, err := decide()
-	if err == nil && record(d) {
-		put(&t.forgotten, sh.admits, id, d, now)
-	}
-	return d, err
-}
-
-// ReconcileOnce applies reconcile id with apply at most once within
-// ReconcileIDLife of now, under id's shard's lock.
-func (t *IDs[D]) ReconcileOnce(id string, now int64, apply func()) {
-	sh := t.lock(id)
-	defer sh.mu.Unlock()
-	if _, ok := sh.recons.Get(id, now); ok {
-		return
-	}
-	apply()
-	put(&t.forgotten, sh.recons, id, struct{}{}, now)
 }
 
 // Forgotten returns how many identities were forgotten before their life
@@ -125,11 +114,11 @@ func (t *IDs[D]) Forgotten() int64 { return t.forgotten.Load() }
 func (t *IDs[D]) Counts() (admits, recons int, touched int64) {
 	for i := range t.shards {
 		sh := &t.shards[i]
-		sh.mu.Lock()
-		admits += sh.admits.Len()
-		recons += sh.recons.Len()
-		touched += sh.admits.Touched() + sh.recons.Touched()
-		sh.mu.Unlock()
+		sh.Mu.Lock()
+		admits += sh.Admits.Len()
+		recons += sh.Recons.Len()
+		touched += sh.Admits.Touched() + sh.Recons.Touched()
+		sh.Mu.Unlock()
 	}
 	return admits, recons, touched
 }

@@ -53,8 +53,9 @@ func (q *QuotaBucket) ID() QuotaID {
 	return QuotaID{Cal: q.Cal, Session: q.Session, Per: q.Per, Zone: q.Zone}
 }
 
-// Lookup returns the bucket of meter m of window id, nil if absent.
-func (qs *QuotaSet) Lookup(m uint8, id QuotaID) *QuotaBucket {
+// Lookup returns the bucket of meter m of window id, nil if absent. (id
+// by pointer: a decision passes one for each of a window's meters.)
+func (qs *QuotaSet) Lookup(m uint8, id *QuotaID) *QuotaBucket {
 	for i := range qs.B {
 		if q := &qs.B[i]; q.Meter == m && q.Cal == id.Cal && q.Session == id.Session && q.Per == id.Per && q.Zone == id.Zone {
 			return q
@@ -64,7 +65,7 @@ func (qs *QuotaSet) Lookup(m uint8, id QuotaID) *QuotaBucket {
 }
 
 // Find returns the bucket of meter m of window id, created empty if absent.
-func (qs *QuotaSet) Find(m uint8, id QuotaID) *QuotaBucket {
+func (qs *QuotaSet) Find(m uint8, id *QuotaID) *QuotaBucket {
 	if q := qs.Lookup(m, id); q != nil {
 		return q
 	}
@@ -129,19 +130,11 @@ func LastOf(qs *QuotaSet) int64 {
 // caller holds sh.Mu.
 func (sh *Shard) QuotaSetAt(h uint64) *QuotaSet { return sh.quotas[h] }
 
-// QuotaSetOf returns the quota set of entry hash h in sh, created empty if
-// absent and create says so (else nil), its clock at least now. The
-// caller holds sh.Mu. Creating one may first drop the sets that hold
-// nothing any more (lossless); a set is never evicted: at the bound the
-// shard goes beyond it (ev.Over), as for a debt.
-func (sh *Shard) QuotaSetOf(bound int, h uint64, create bool, now int64, ev *Evicted) *QuotaSet {
-	if qs := sh.quotas[h]; qs != nil {
-		qs.Last = max(qs.Last, now)
-		return qs
-	}
-	if !create {
-		return nil
-	}
+// NewQuotaSet returns a new, empty quota set for entry hash h in sh, which
+// has none (QuotaSetAt), its clock at now. The caller holds sh.Mu. Creating one may first drop the sets that hold nothing any more
+// (lossless); a set is never evicted: at the bound the shard goes beyond
+// it (ev.Over), as for a debt.
+func (sh *Shard) NewQuotaSet(bound int, h uint64, now int64, ev *Evicted) *QuotaSet {
 	if sh.quotas == nil {
 		sh.quotas = make(map[uint64]*QuotaSet)
 		sh.quotaSweepAt = minSweep

@@ -182,8 +182,16 @@ func (t *Tables) SoloEntry(wh uint64, f Figures, now int64) (sh *Shard, e *Entry
 type Evicted struct{ Lossy, Over int32 }
 
 // Note counts ev in t (Evictions, OverBound) and tells the subscribers of
-// the lossy evictions.
+// the lossy evictions. Nearly every call has nothing to count: that test
+// inlines into the caller, the counting is note's.
 func (t *Tables) Note(ev Evicted) {
+	if ev.Lossy|ev.Over != 0 {
+		t.note(ev)
+	}
+}
+
+// note is Note for a call that evicted, or went beyond the bound.
+func (t *Tables) note(ev Evicted) {
 	if ev.Over > 0 {
 		t.over.Add(int64(ev.Over))
 	}

@@ -46,9 +46,16 @@ type WinBucket struct {
 	Bucket
 }
 
-// FigureOf returns the figure of meter m in the window of length per among
-// an admission's windows (0: none there).
-type FigureOf func(per int64, m uint8) int64
+// WinFigures is one of an admission's rolling windows as Advance reads
+// it: its length (Per) and its figure of each meter (Figs, in the root's
+// WindowMeters order: requests, tokens, input, output; 0: that meter is
+// not limited). Figures as data, not a function to call: Advance looks
+// one up for each bucket of every windowed admission
+// (bench/memstore-move-instructions.txt).
+type WinFigures struct {
+	Per  int64
+	Figs [4]int64
+}
 
 // Find returns the bucket of meter m and window per, creating it full at
 // fig, its clock at now (the set's: the latest reading seen), if absent.
@@ -75,19 +82,22 @@ func (wb *WinBucket) Refill(now int64) {
 	wb.Prefill(wb.Fig, wb.Fig, dt, uint64(wb.Per))
 }
 
-// advance refills, up to now, the buckets that fig gives a figure (an
-// admission's windows; nil for a reconcile's), each at that figure (a
-// changed figure clamps the level), and leaves the others as they are,
-// clock included. A bucket that time alone has refilled to full at its
-// own figure is forgotten, as a Redis entry expires: dropped, or, with a
-// figure, full again at it.
-func (ws *WinSet) advance(now int64, fig FigureOf) {
+// Advance refills, up to now, the buckets whose window is among at (an
+// admission's rolling windows; nil for a reconcile's), each at its figure
+// there (a changed figure clamps the level), and leaves the others as
+// they are, clock included. A bucket that time alone has refilled to full
+// at its own figure is forgotten, as a Redis entry expires: dropped, or,
+// with a figure, full again at it.
+func (ws *WinSet) Advance(now int64, at []WinFigures) {
 	ws.Last = max(ws.Last, now)
 	kept := ws.B[:0]
 	for _, wb := range ws.B {
 		var f int64
-		if fig != nil {
-			f = fig(wb.Per, wb.Meter)
+		for i := range at {
+			if at[i].Per == wb.Per {
+				f = at[i].Figs[wb.Meter&3]
+				break
+			}
 		}
 		c := wb
 		c.Refill(now)
@@ -146,25 +156,16 @@ func PeekRolling(wb WinBucket, f, now int64) int64 {
 // caller holds sh.Mu.
 func (sh *Shard) WinSetAt(h uint64) *WinSet { return sh.wins[h] }
 
-// WinSetOf returns the window set of entry hash h in sh, created empty if
-// absent and create says so (the request has windows; else nil), advanced
-// to now under fig (an admission's windows; nil for a reconcile, which
-// advances only what it charges). The caller holds sh.Mu. Creating one
-// may first drop the sets that time alone has refilled (lossless); at the
-// bound, when those it visits are not enough, it goes beyond the bound
-// (ev.Over): a set that holds spend is never evicted, in debt or not (a
-// window spent to 0 is a quota held against its key, kept as a debt).
+// NewWinSet returns a new, empty window set for entry hash h in sh, which
+// has none (WinSetAt). The caller holds sh.Mu. Creating one may first drop the sets
+// that time alone has refilled (lossless); at the bound, when those it
+// visits are not enough, it goes beyond the bound (ev.Over): a set that
+// holds spend is never evicted, in debt or not (a window spent to 0 is a
+// quota held against its key, kept as a debt).
 //
 // A new set takes its entry's clock (last): the latest reading seen, so
 // that a clock moving backwards refills nothing there either.
-func (sh *Shard) WinSetOf(bound int, h uint64, create bool, fig FigureOf, now, last int64, ev *Evicted) *WinSet {
-	if ws := sh.wins[h]; ws != nil {
-		ws.advance(now, fig)
-		return ws
-	}
-	if !create {
-		return nil
-	}
+func (sh *Shard) NewWinSet(bound int, h uint64, now, last int64, ev *Evicted) *WinSet {
 	if sh.wins == nil {
 		sh.wins = make(map[uint64]*WinSet)
 		sh.winSweepAt = minSweep
