@@ -368,7 +368,9 @@ type quotaGauge struct {
 	lent      bool
 }
 
-// admitQuota is Admit on the quota path.
+// admitQuota is Admit on the quota path: the entries and their shards
+// locked (lockQuota), the stages and gauges built (quotaStages), decided
+// (decideQuota), the levels reported and the slots taken.
 func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 	now := r.Now.UnixNano()
 	lent := r.Model != "" && (lends(r.KeyPlan) || lends(r.WorkspacePlan))
@@ -393,130 +395,185 @@ func (s *MemoryStore) admitQuota(r AdmitRequest) (Decision, error) {
 	n := 4 + 4*(len(r.KeyLimits.Windows)+len(r.WorkspaceLimits.Windows)+len(kp.Windows)+len(wp.Windows))
 	g := stager{c: &c, st: make([]qStage, 0, n), tokens: r.Tokens, input: max(0, r.InputTokens)} // one allocation for every stage
 	var d Decision
-	// Levels, indexed as each set of windows.
-	var kls, wls, kpl, wpl []WindowLevels
+	var lv quotaLevels
 	var gbuf [4]quotaGauge
-	gauges := gbuf[:0]
+	gauges := g.quotaStages(&r, &kp, &wp, &d, &lv, gbuf[:0])
+	if r.Reserve > 0 {
+		withQuotaFloors(g.st, gauges, r.Reserve)
+	}
+	s.decideQuota(&d, g.st, gauges, stageWait(&r), now)
+	reportQuota(&d, g.st, &lv, r.Solo)
+	if d.Allowed && len(gauges) > 0 {
+		holdQuotaSlots(holder, r.ID, gauges)
+	}
+	return d, nil
+}
+
+// quotaLevels are a quota-path decision's window levels, indexed as each
+// set of windows: the key's, the workspace's, and the plan's lent to each.
+type quotaLevels struct{ key, ws, keyPlan, wsPlan []WindowLevels }
+
+// quotaStages adds r's stages to g in the order they are checked (the
+// per-minute buckets, then each scope's lent plan windows and its own),
+// the per-minute stages reporting to d.Remaining and the windows' to lv,
+// and returns gauges with r's gauges appended, their slots held now read.
+// kp and wp are the plans' figures (planOf).
+func (g *stager) quotaStages(r *AdmitRequest, kp, wp *Limits, d *Decision, lv *quotaLevels, gauges []quotaGauge) []quotaGauge {
 	if r.Solo {
-		lim := r.WorkspaceLimits
-		g.perMinute(&c.ke.Req, lim.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
-		g.perMinute(&c.ke.Tok, lim.TokensPerMinute, r.Tokens, KeyTokens, &d.Remaining[KeyTokens])
-		var plan Limits
-		if c.lent {
-			plan = wp
-			pws, pqs := c.sets(c.ws0, c.wh0, plan.Windows, c.ke.Last, true)
-			wpl = make([]WindowLevels, len(plan.Windows))
-			g.windows(plan.Windows, 0, pws, pqs, true, wpl)
-		}
-		ws, qs := c.sets(c.wsh, c.wh, lim.Windows, c.ke.Last, true)
-		wls = make([]WindowLevels, len(lim.Windows))
-		g.windows(lim.Windows, 0, ws, qs, false, wls)
-		if plan.ConcurrentRequests > 0 {
-			gauges = append(gauges, quotaGauge{sh: c.ws0, h: c.wh0, cap: plan.ConcurrentRequests, bucket: KeyConcurrent, lent: true})
-		}
-		if lim.ConcurrentRequests > 0 {
-			gauges = append(gauges, quotaGauge{sh: c.wsh, h: c.wh, cap: lim.ConcurrentRequests, bucket: KeyConcurrent})
-		}
-		kls, kpl = wls, wpl
+		gauges = g.soloStages(r, wp, d, lv, gauges)
 	} else {
-		g.perMinute(&c.ke.Req, r.KeyLimits.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
-		g.perMinute(&c.ke.Tok, r.KeyLimits.TokensPerMinute, r.Tokens, KeyTokens, &d.Remaining[KeyTokens])
-		g.perMinute(&c.we.Req, r.WorkspaceLimits.RequestsPerMinute, 1, WorkspaceRequests, &d.Remaining[WorkspaceRequests])
-		g.perMinute(&c.we.Tok, r.WorkspaceLimits.TokensPerMinute, r.Tokens, WorkspaceTokens, &d.Remaining[WorkspaceTokens])
-		for scope, sd := range [2]struct {
-			sh, psh *memShard
-			h, ph   uint64
-			lim     *Limits
-			plan    *Limits
-			last    int64
-			levels  *[]WindowLevels
-			plevels *[]WindowLevels
-		}{
-			{c.ks, c.ks0, c.pk, c.pk0, &r.KeyLimits, &kp, c.ke.Last, &kls, &kpl},
-			{c.wsh, c.ws0, c.wh, c.wh0, &r.WorkspaceLimits, &wp, c.we.Last, &wls, &wpl},
-		} {
-			if c.lent {
-				pws, pqs := c.sets(sd.psh, sd.ph, sd.plan.Windows, sd.last, true)
-				*sd.plevels = make([]WindowLevels, len(sd.plan.Windows))
-				g.windows(sd.plan.Windows, scope, pws, pqs, true, *sd.plevels)
-			}
-			ws, qs := c.sets(sd.sh, sd.h, sd.lim.Windows, sd.last, true)
-			*sd.levels = make([]WindowLevels, len(sd.lim.Windows))
-			g.windows(sd.lim.Windows, scope, ws, qs, false, *sd.levels)
-		}
-		for scope, sd := range [2]struct {
-			sh, psh *memShard
-			h, ph   uint64
-			lim     *Limits
-			plan    *Limits
-		}{
-			{c.ks, c.ks0, c.pk, c.pk0, &r.KeyLimits, &kp},
-			{c.wsh, c.ws0, c.wh, c.wh0, &r.WorkspaceLimits, &wp},
-		} {
-			b := [2]Bucket{KeyConcurrent, WorkspaceConcurrent}[scope]
-			if c.lent && sd.plan.ConcurrentRequests > 0 {
-				gauges = append(gauges, quotaGauge{sh: sd.psh, h: sd.ph, cap: sd.plan.ConcurrentRequests, bucket: b, lent: true})
-			}
-			if sd.lim.ConcurrentRequests > 0 {
-				gauges = append(gauges, quotaGauge{sh: sd.sh, h: sd.h, cap: sd.lim.ConcurrentRequests, bucket: b})
-			}
-		}
+		gauges = g.pairStages(r, kp, wp, d, lv, gauges)
 	}
 	for i := range gauges {
 		gauges[i].held = gauges[i].sh.InFlight(gauges[i].h)
 	}
-	if r.Reserve > 0 {
-		for i := range g.st {
-			st := &g.st[i]
-			st.floor = ReserveFloor(r.Reserve, st.cap)
-			st.need = min(st.need, st.cap+1) + st.floor
+	return gauges
+}
+
+// soloStages is quotaStages for a Solo request: one entry, whose windows
+// and lent plan report for both scopes.
+func (g *stager) soloStages(r *AdmitRequest, wp *Limits, d *Decision, lv *quotaLevels, gauges []quotaGauge) []quotaGauge {
+	c := g.c
+	lim := &r.WorkspaceLimits
+	g.perMinute(&c.ke.Req, lim.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
+	g.perMinute(&c.ke.Tok, lim.TokensPerMinute, r.Tokens, KeyTokens, &d.Remaining[KeyTokens])
+	var plan Limits
+	if c.lent {
+		plan = *wp
+		pws, pqs := c.sets(c.ws0, c.wh0, plan.Windows, c.ke.Last, true)
+		lv.wsPlan = make([]WindowLevels, len(plan.Windows))
+		g.windows(plan.Windows, 0, pws, pqs, true, lv.wsPlan)
+	}
+	ws, qs := c.sets(c.wsh, c.wh, lim.Windows, c.ke.Last, true)
+	lv.ws = make([]WindowLevels, len(lim.Windows))
+	g.windows(lim.Windows, 0, ws, qs, false, lv.ws)
+	if plan.ConcurrentRequests > 0 {
+		gauges = append(gauges, quotaGauge{sh: c.ws0, h: c.wh0, cap: plan.ConcurrentRequests, bucket: KeyConcurrent, lent: true})
+	}
+	if lim.ConcurrentRequests > 0 {
+		gauges = append(gauges, quotaGauge{sh: c.wsh, h: c.wh, cap: lim.ConcurrentRequests, bucket: KeyConcurrent})
+	}
+	lv.key, lv.keyPlan = lv.ws, lv.wsPlan
+	return gauges
+}
+
+// quotaScope is one scope of a request on the quota path, as its windows'
+// stages are built: its entry's shard and hash, and the default buckets'
+// (which keep a lent plan's windows), its figures and its plan's, its
+// entry's clock, and where its levels go.
+type quotaScope struct {
+	sh, psh        *memShard
+	h, ph          uint64
+	lim, plan      *Limits
+	last           int64
+	levels, plevel *[]WindowLevels
+}
+
+// pairStages is quotaStages for a key within a workspace: the key's
+// stages, then the workspace's, and the gauges in that order.
+func (g *stager) pairStages(r *AdmitRequest, kp, wp *Limits, d *Decision, lv *quotaLevels, gauges []quotaGauge) []quotaGauge {
+	c := g.c
+	g.perMinute(&c.ke.Req, r.KeyLimits.RequestsPerMinute, 1, KeyRequests, &d.Remaining[KeyRequests])
+	g.perMinute(&c.ke.Tok, r.KeyLimits.TokensPerMinute, r.Tokens, KeyTokens, &d.Remaining[KeyTokens])
+	g.perMinute(&c.we.Req, r.WorkspaceLimits.RequestsPerMinute, 1, WorkspaceRequests, &d.Remaining[WorkspaceRequests])
+	g.perMinute(&c.we.Tok, r.WorkspaceLimits.TokensPerMinute, r.Tokens, WorkspaceTokens, &d.Remaining[WorkspaceTokens])
+	scopes := [2]quotaScope{
+		{c.ks, c.ks0, c.pk, c.pk0, &r.KeyLimits, kp, c.ke.Last, &lv.key, &lv.keyPlan},
+		{c.wsh, c.ws0, c.wh, c.wh0, &r.WorkspaceLimits, wp, c.we.Last, &lv.ws, &lv.wsPlan},
+	}
+	for scope, sd := range scopes {
+		if c.lent {
+			pws, pqs := c.sets(sd.psh, sd.ph, sd.plan.Windows, sd.last, true)
+			*sd.plevel = make([]WindowLevels, len(sd.plan.Windows))
+			g.windows(sd.plan.Windows, scope, pws, pqs, true, *sd.plevel)
 		}
-		for i := range gauges {
-			gauges[i].floor = ReserveFloor(r.Reserve, gauges[i].cap)
+		ws, qs := c.sets(sd.sh, sd.h, sd.lim.Windows, sd.last, true)
+		*sd.levels = make([]WindowLevels, len(sd.lim.Windows))
+		g.windows(sd.lim.Windows, scope, ws, qs, false, *sd.levels)
+	}
+	// The gauges from an array of their own: one holding the levels'
+	// pointers too would send them to the heap with the shards (escape
+	// analysis follows a whole array).
+	for scope, sd := range [2]struct {
+		sh, psh   *memShard
+		h, ph     uint64
+		lim, plan *Limits
+	}{
+		{c.ks, c.ks0, c.pk, c.pk0, &r.KeyLimits, kp},
+		{c.wsh, c.ws0, c.wh, c.wh0, &r.WorkspaceLimits, wp},
+	} {
+		b := [2]Bucket{KeyConcurrent, WorkspaceConcurrent}[scope]
+		if c.lent && sd.plan.ConcurrentRequests > 0 {
+			gauges = append(gauges, quotaGauge{sh: sd.psh, h: sd.ph, cap: sd.plan.ConcurrentRequests, bucket: b, lent: true})
+		}
+		if sd.lim.ConcurrentRequests > 0 {
+			gauges = append(gauges, quotaGauge{sh: sd.sh, h: sd.h, cap: sd.lim.ConcurrentRequests, bucket: b})
 		}
 	}
-	s.decideQuota(&d, g.st, gauges, stageWait(r), now)
-	// Report the levels.
-	for i := range g.st {
-		st := &g.st[i]
-		if st.level != nil {
-			*st.level = st.have()
+	return gauges
+}
+
+// withQuotaFloors sets the floors a priority reserve of r millionths
+// (r > 0) keeps in each stage and gauge, as withReserve does on the
+// windowed path.
+func withQuotaFloors(st []qStage, gauges []quotaGauge, r int64) {
+	for i := range st {
+		s := &st[i]
+		s.floor = ReserveFloor(r, s.cap)
+		s.need = min(s.need, s.cap+1) + s.floor
+	}
+	for i := range gauges {
+		gauges[i].floor = ReserveFloor(r, gauges[i].cap)
+	}
+}
+
+// reportQuota fills d's levels from the stages (each stage's level where
+// it reports, a calendar or session window's end with it) and lv, and a
+// Solo request's workspace levels from its key's.
+func reportQuota(d *Decision, st []qStage, lv *quotaLevels, solo bool) {
+	for i := range st {
+		s := &st[i]
+		if s.level != nil {
+			*s.level = s.have()
 			continue
 		}
-		st.levels.set(st.bucket, st.have())
-		if st.q != nil {
-			st.levels.Reset = st.q.End
+		s.levels.set(s.bucket, s.have())
+		if s.q != nil {
+			s.levels.Reset = s.q.End
 		}
 	}
-	if r.Solo {
+	if solo {
 		d.Remaining[WorkspaceRequests], d.Remaining[WorkspaceTokens] = d.Remaining[KeyRequests], d.Remaining[KeyTokens]
 	}
-	d.KeyWindows, d.WorkspaceWindows = nilIfEmpty(kls), nilIfEmpty(wls)
-	if len(kpl) > 0 || len(wpl) > 0 {
-		pl := &PlanLevels{KeyWindows: nilIfEmpty(kpl), WorkspaceWindows: nilIfEmpty(wpl)}
-		if r.Solo {
+	d.KeyWindows, d.WorkspaceWindows = nilIfEmpty(lv.key), nilIfEmpty(lv.ws)
+	if len(lv.keyPlan) > 0 || len(lv.wsPlan) > 0 {
+		pl := &PlanLevels{KeyWindows: nilIfEmpty(lv.keyPlan), WorkspaceWindows: nilIfEmpty(lv.wsPlan)}
+		if solo {
 			pl.KeyWindows = pl.WorkspaceWindows
 		}
 		d.Plan = pl
 	}
-	if d.Allowed && len(gauges) > 0 {
-		var hs heldSlots
-		for _, q := range gauges {
-			q.sh.Take(q.h)
-			switch {
-			case q.lent && q.bucket == WorkspaceConcurrent:
-				hs.WP, hs.HaveWP = q.h, true
-			case q.lent:
-				hs.KP, hs.HaveKP = q.h, true
-			case q.bucket == WorkspaceConcurrent:
-				hs.WS, hs.HaveWS = q.h, true
-			default:
-				hs.Key, hs.HaveKey = q.h, true
-			}
+}
+
+// holdQuotaSlots takes a slot of each gauge of an admission and records
+// them under its ID in holder (the key's shard, or the workspace's for a
+// Solo request), as the admission's Reconcile releases them.
+func holdQuotaSlots(holder *memShard, id string, gauges []quotaGauge) {
+	var hs heldSlots
+	for _, q := range gauges {
+		q.sh.Take(q.h)
+		switch {
+		case q.lent && q.bucket == WorkspaceConcurrent:
+			hs.WP, hs.HaveWP = q.h, true
+		case q.lent:
+			hs.KP, hs.HaveKP = q.h, true
+		case q.bucket == WorkspaceConcurrent:
+			hs.WS, hs.HaveWS = q.h, true
+		default:
+			hs.Key, hs.HaveKey = q.h, true
 		}
-		holder.Hold(r.ID, hs)
 	}
-	return d, nil
+	holder.Hold(id, hs)
 }
 
 func nilIfEmpty(l []WindowLevels) []WindowLevels {

@@ -300,7 +300,7 @@ func (s *MemoryStore) Admit(_ context.Context, r AdmitRequest) (Decision, error)
 		if mayQuota(&r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
 			return s.admitQuota(r)
 		}
-		return s.admitWindowed(r, nil) // an ID under a gauge: ErrNoAdmissionID
+		return s.admitWindowed(&r, nil) // an ID under a gauge: ErrNoAdmissionID
 	}
 	if plain(&r) {
 		return s.admit(&r), nil
@@ -325,7 +325,7 @@ func (s *MemoryStore) admitAny(r *AdmitRequest) (Decision, error) {
 		if mayQuota(r) || hasQuota(r.KeyLimits.Windows) || hasQuota(r.WorkspaceLimits.Windows) {
 			return s.admitQuota(*r)
 		}
-		return s.admitWindowed(*r, nil)
+		return s.admitWindowed(r, nil)
 	}
 	if plain(r) {
 		return s.admit(r), nil
@@ -411,14 +411,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 	g := gaugeCheck{keyCap: kc, keyNow: ks.InFlight(pk), wsCap: wc, wsNow: wsh.InFlight(wh)}
 	d := decide(&ke.Req, &ke.Tok, &we.Req, &we.Tok, &r.KeyLimits, &r.WorkspaceLimits, r.Tokens, r.MaxWait, &g)
 	if d.Allowed {
-		hs := heldSlots{Key: pk, WS: wh, HaveKey: kc > 0, HaveWS: wc > 0}
-		if hs.HaveKey {
-			ks.Take(pk)
-		}
-		if hs.HaveWS {
-			wsh.Take(wh)
-		}
-		ks.Hold(r.ID, hs)
+		holdSlots(ks, wsh, r.ID, pk, wh, kc, wc)
 	}
 	ke.Settle(r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute)
 	we.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
@@ -498,6 +491,20 @@ func (s *MemoryStore) reconcile(r *ReconcileRequest) {
 	wsh.Mu.Unlock()
 	ks.Mu.Unlock()
 	s.t.Note(ev)
+}
+
+// holdSlots takes, for admission id, a slot of the key's gauge pk in its
+// shard ks if kc > 0 and of the workspace's gauge wh in wsh if wc > 0 (the
+// caller holds both shards), recorded in ks for releaseSlots.
+func holdSlots(ks, wsh *memShard, id string, pk, wh uint64, kc, wc int64) {
+	hs := heldSlots{Key: pk, WS: wh, HaveKey: kc > 0, HaveWS: wc > 0}
+	if hs.HaveKey {
+		ks.Take(pk)
+	}
+	if hs.HaveWS {
+		wsh.Take(wh)
+	}
+	ks.Hold(id, hs)
 }
 
 // releaseSlots gives back the gauge slots admission id holds in the key's

@@ -88,24 +88,29 @@ func byReserve(st []winStage, r int64) bool {
 // does not fit above its floor now would take a bucket below the floor
 // at once; such a request is refused instead, its Retry-After the wait
 // until it fits above every floor.
-func stageWait(r AdmitRequest) time.Duration {
+func stageWait(r *AdmitRequest) time.Duration {
 	if r.Reserve > 0 {
 		return 0
 	}
 	return r.MaxWait
 }
 
-// decideStages decides over stages in order, then the gauges (g; nil: none
-// in force): all are debited only if all have room and every gauge a free
-// slot (the caller takes the slots); with maxWait > 0 a request that would
-// fit every stage within maxWait is debited all the same (a reservation).
-// RetryAfter is the largest of the stages' exact waits, each capped at
-// MaxRetryAfter or its window's Per when longer. With floors (withReserve)
-// a stage has room only above its floor, and a gauge a free slot only
-// above its (gaugeCheck.withReserve): a gauge's refusal sets ByReserve
-// when the gauge had a free slot; for a stage's, the caller sets it
-// (byReserve).
-func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision {
+// decideStages decides r over stages in order, then the gauges (g; nil:
+// none in force): all are debited only if all have room and every gauge a
+// free slot (the caller takes the slots); with a MaxWait (stageWait) a
+// request that would fit every stage within it is debited all the same (a
+// reservation). RetryAfter is the largest of the stages' exact waits, each
+// capped at MaxRetryAfter or its window's Per when longer. With r's
+// priority reserve each stage and gauge first gets its floor (withReserve,
+// gaugeCheck.withReserve): a stage has room only above its floor, and a
+// gauge a free slot only above its; ByReserve says a refusal came of a
+// floor alone (the gauge had a free slot, or the stage room: byReserve).
+func decideStages(st []winStage, r *AdmitRequest, g *gaugeCheck) Decision {
+	if r.Reserve > 0 {
+		withReserve(st, r.Reserve)
+		g.withReserve(r.Reserve)
+	}
+	maxWait := stageWait(r)
 	var d Decision
 	refused := -1
 	for i := range st {
@@ -140,6 +145,9 @@ func decideStages(st []winStage, maxWait time.Duration, g *gaugeCheck) Decision 
 		d.RetryAfter = max(d.RetryAfter, min(w, c))
 	}
 	if maxWait <= 0 || d.NeverFits || exact > maxWait {
+		if r.Reserve > 0 {
+			d.ByReserve = byReserve(st, r.Reserve)
+		}
 		return d
 	}
 	if g != nil {
@@ -189,7 +197,7 @@ func perMinuteStages(st []winStage, ke, we *entry, kl, wl Limits, tokens int64) 
 // cost to admitWindowed's other callers).
 func (s *MemoryStore) admitReserved(r AdmitRequest) (Decision, error) {
 	var four [4]winStage
-	return s.admitWindowed(r, four[:0])
+	return s.admitWindowed(&r, four[:0])
 }
 
 // admitWindowed is Admit for figures with windows (gauges too, if any),
@@ -197,84 +205,30 @@ func (s *MemoryStore) admitReserved(r AdmitRequest) (Decision, error) {
 // buckets, the key's windows, the workspace's and the gauges in one
 // decision, under both shards' locks, each above its floor. st is an
 // empty slice with room for every stage, or nil (allocated here).
-func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, error) {
-	now := r.Now.UnixNano()
-	tokens, input := r.Tokens, max(0, r.InputTokens)
+func (s *MemoryStore) admitWindowed(r *AdmitRequest, st []winStage) (Decision, error) {
 	if st == nil {
 		st = make([]winStage, 0, 4+4*(len(r.KeyLimits.Windows)+len(r.WorkspaceLimits.Windows)))
 	}
-	var ev evicted
 	if r.Solo {
-		lim := r.WorkspaceLimits
-		wh := s.t.WorkspaceHash(r.Workspace, r.Model)
-		sh, e, ev0 := s.t.Solo(wh, perMinute(&lim), now)
-		ev = ev0
-		if r.ID != "" {
-			if sh.Holds(r.ID) {
-				e.Release(sh.Epoch())
-				sh.Mu.Unlock()
-				s.t.Note(ev)
-				return Decision{}, errHeldID
-			}
-		}
-		// A request with a reserve but no windows leaves the windows alone,
-		// as any request without windows does.
-		var ws *winSet
-		if len(lim.Windows) > 0 {
-			ws = winSetOf(sh, s.t.Bound(), wh, lim.Windows, lim.Windows, now, e.Last, &ev)
-		}
-		levels := make([]WindowLevels, len(lim.Windows))
-		st = perMinuteStages(st, e, nil, lim, lim, tokens)
-		st = windowStages(st, ws, lim.Windows, 0, tokens, input, levels)
-		var g *gaugeCheck
-		if lim.ConcurrentRequests > 0 {
-			if r.ID == "" {
-				e.Release(sh.Epoch())
-				sh.Mu.Unlock()
-				return Decision{}, ErrNoAdmissionID
-			}
-			g = &gaugeCheck{keyCap: lim.ConcurrentRequests, keyNow: sh.InFlight(wh)}
-		}
-		if r.Reserve > 0 {
-			withReserve(st, r.Reserve)
-			g.withReserve(r.Reserve)
-		}
-		d := decideStages(st, stageWait(r), g)
-		if r.Reserve > 0 && !d.Allowed && !d.Refused.Concurrent() {
-			d.ByReserve = byReserve(st, r.Reserve)
-		}
-		report(&d, st, true)
-		if len(levels) > 0 {
-			d.KeyWindows, d.WorkspaceWindows = levels, levels
-		}
-		if d.Allowed && g != nil {
-			sh.Take(wh)
-			sh.Hold(r.ID, heldSlots{Key: wh, HaveKey: true})
-		}
-		e.Settle(lim.RequestsPerMinute, lim.TokensPerMinute)
-		ws.Settle(4 * MaxWindow)
-		e.Release(sh.Epoch())
-		sh.Mu.Unlock()
-		s.t.Note(ev)
-		return d, nil
+		return s.admitWindowedSolo(r, st)
 	}
+	// A key within a workspace: the key's entry and windows in its key
+	// shard, the workspace's in its workspace shard. (Here, not in a
+	// function of its own: forwarding its Decision would cost the
+	// commonest windowed admission a copy.)
+	now := r.Now.UnixNano()
 	kc, wc := max(0, r.KeyLimits.ConcurrentRequests), max(0, r.WorkspaceLimits.ConcurrentRequests)
 	if (kc > 0 || wc > 0) && r.ID == "" {
 		return Decision{}, ErrNoAdmissionID
 	}
 	pk, wh := s.t.Hashes(r.Key, r.Workspace, r.Model)
 	ks, wsh, ke, we, ev := s.t.Lock(pk, wh, perMinute(&r.KeyLimits), perMinute(&r.WorkspaceLimits), now)
-	unlock := func() {
+	if r.ID != "" && ks.Holds(r.ID) {
 		memstore.ReleasePair(ks, wsh, ke, we)
 		wsh.Mu.Unlock()
 		ks.Mu.Unlock()
 		s.t.Note(ev)
-	}
-	if r.ID != "" {
-		if ks.Holds(r.ID) {
-			unlock()
-			return Decision{}, errHeldID
-		}
+		return Decision{}, errHeldID
 	}
 	var kw, ww *winSet
 	if windowed(r.KeyLimits, r.WorkspaceLimits) { // not for a reserve alone: windows are left alone
@@ -282,6 +236,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 		ww = winSetOf(wsh, s.t.Bound(), wh, r.WorkspaceLimits.Windows, r.WorkspaceLimits.Windows, now, we.Last, &ev)
 	}
 	kls, wls := make([]WindowLevels, len(r.KeyLimits.Windows)), make([]WindowLevels, len(r.WorkspaceLimits.Windows))
+	tokens, input := r.Tokens, max(0, r.InputTokens)
 	st = perMinuteStages(st, ke, we, r.KeyLimits, r.WorkspaceLimits, tokens)
 	st = windowStages(st, kw, r.KeyLimits.Windows, 0, tokens, input, kls)
 	st = windowStages(st, ww, r.WorkspaceLimits.Windows, 1, tokens, input, wls)
@@ -289,14 +244,7 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 	if kc > 0 || wc > 0 {
 		g = &gaugeCheck{keyCap: kc, keyNow: ks.InFlight(pk), wsCap: wc, wsNow: wsh.InFlight(wh)}
 	}
-	if r.Reserve > 0 {
-		withReserve(st, r.Reserve)
-		g.withReserve(r.Reserve)
-	}
-	d := decideStages(st, stageWait(r), g)
-	if r.Reserve > 0 && !d.Allowed && !d.Refused.Concurrent() {
-		d.ByReserve = byReserve(st, r.Reserve)
-	}
+	d := decideStages(st, r, g)
 	report(&d, st, false)
 	if len(kls) > 0 {
 		d.KeyWindows = kls
@@ -305,20 +253,64 @@ func (s *MemoryStore) admitWindowed(r AdmitRequest, st []winStage) (Decision, er
 		d.WorkspaceWindows = wls
 	}
 	if d.Allowed && g != nil {
-		hs := heldSlots{Key: pk, WS: wh, HaveKey: kc > 0, HaveWS: wc > 0}
-		if hs.HaveKey {
-			ks.Take(pk)
-		}
-		if hs.HaveWS {
-			wsh.Take(wh)
-		}
-		ks.Hold(r.ID, hs)
+		holdSlots(ks, wsh, r.ID, pk, wh, kc, wc)
 	}
 	ke.Settle(r.KeyLimits.RequestsPerMinute, r.KeyLimits.TokensPerMinute)
 	we.Settle(r.WorkspaceLimits.RequestsPerMinute, r.WorkspaceLimits.TokensPerMinute)
 	kw.Settle(4 * MaxWindow)
 	ww.Settle(4 * MaxWindow)
-	unlock()
+	memstore.ReleasePair(ks, wsh, ke, we)
+	wsh.Mu.Unlock()
+	ks.Mu.Unlock()
+	s.t.Note(ev)
+	return d, nil
+}
+
+// admitWindowedSolo is admitWindowed for a Solo request: one entry, in
+// its workspace shard, whose windows report for both scopes.
+func (s *MemoryStore) admitWindowedSolo(r *AdmitRequest, st []winStage) (Decision, error) {
+	now := r.Now.UnixNano()
+	lim := &r.WorkspaceLimits
+	wh := s.t.WorkspaceHash(r.Workspace, r.Model)
+	sh, e, ev := s.t.Solo(wh, perMinute(lim), now)
+	if r.ID != "" && sh.Holds(r.ID) {
+		e.Release(sh.Epoch())
+		sh.Mu.Unlock()
+		s.t.Note(ev)
+		return Decision{}, errHeldID
+	}
+	// A request with a reserve but no windows leaves the windows alone,
+	// as any request without windows does.
+	var ws *winSet
+	if len(lim.Windows) > 0 {
+		ws = winSetOf(sh, s.t.Bound(), wh, lim.Windows, lim.Windows, now, e.Last, &ev)
+	}
+	levels := make([]WindowLevels, len(lim.Windows))
+	st = perMinuteStages(st, e, nil, *lim, *lim, r.Tokens)
+	st = windowStages(st, ws, lim.Windows, 0, r.Tokens, max(0, r.InputTokens), levels)
+	var g *gaugeCheck
+	if lim.ConcurrentRequests > 0 {
+		if r.ID == "" {
+			e.Release(sh.Epoch())
+			sh.Mu.Unlock()
+			return Decision{}, ErrNoAdmissionID
+		}
+		g = &gaugeCheck{keyCap: lim.ConcurrentRequests, keyNow: sh.InFlight(wh)}
+	}
+	d := decideStages(st, r, g)
+	report(&d, st, true)
+	if len(levels) > 0 {
+		d.KeyWindows, d.WorkspaceWindows = levels, levels
+	}
+	if d.Allowed && g != nil {
+		sh.Take(wh)
+		sh.Hold(r.ID, heldSlots{Key: wh, HaveKey: true})
+	}
+	e.Settle(lim.RequestsPerMinute, lim.TokensPerMinute)
+	ws.Settle(4 * MaxWindow)
+	e.Release(sh.Epoch())
+	sh.Mu.Unlock()
+	s.t.Note(ev)
 	return d, nil
 }
 
