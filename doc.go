@@ -10,42 +10,6 @@
 //	http.Handle("/v1/", lim.Middleware(proxy))
 //	http.Handle("GET /platform/v1/limits", lim.LimitsHandler())
 //
-// # Semantics
-//
-// Every request is checked against four token buckets, in this order: the
-// key's requests, the key's tokens, the workspace's requests, the
-// workspace's tokens. Each bucket holds twice its per-minute figure (a
-// burst of 2× is admitted at once) and refills continuously at the figure
-// per minute, in exact integer arithmetic. A request is admitted only if all
-// four have room; a refused request changes no bucket.
-//
-// The tokens buckets are debited an estimate up front (Content-Length/4,
-// floor 1; see WithEstimator, EstimateFromBody and WithCalibration). After the response, the estimate is replaced
-// by the charge, read from the JSON, SSE, NDJSON or AWS event-stream body
-// as it streams by (see package usage): the provider's final reported input+output tokens
-// when the response completed; otherwise the reported input (else the
-// estimate) plus the larger of the reported output and the bytes of
-// generated text ÷ 4 (see ReconcileKind), or what WithTokenCost makes of
-// that usage. Over-estimates are credited back,
-// under-estimates debited forward. Requests buckets never reconcile.
-//
-// A refused request gets an OpenAI-shaped 429 with Retry-After = the whole
-// seconds until it would fit in every bucket, rounded up and at least 1:
-// at most 60 for the per-minute buckets, the honest wait for a longer
-// window (a spent daily quota: hours; a calendar month: until the 1st),
-// with X-Should-Retry: false past 60 s. A request larger than a whole
-// bucket gets Retry-After 60, X-Should-Retry: false and a message saying
-// that retrying will not help. The upstream's own responses are never rewritten,
-// except that WithRateLimitHeaders replaces the upstream's rate-limit
-// headers on admitted responses; the upstream's own 429 is relayed
-// untouched whatever the header style. WithRateLimitTrailers adds, after
-// the body, the key's and workspace's remaining figures once the real
-// charge replaced the estimate (not on the upstream's own 429s).
-//
-// The ResponseWriter a handler gets is valid until the handler returns, as
-// net/http requires: a write after that fails with ErrWriterReleased and
-// reaches no response.
-//
 // # Plans as an operator writes them
 //
 // WithPlans(resolver, otherwise) replaces the tier ladder with the
@@ -100,6 +64,25 @@
 // charged the reported input less cache reads; the output meter is
 // debited nothing and charged the reported output. See Window.
 //
+// # What a client sees
+//
+// A refused request gets an OpenAI-shaped 429 with Retry-After = the whole
+// seconds until it would fit in every bucket, rounded up and at least 1:
+// at most 60 for the per-minute buckets, the honest wait for a longer
+// window (a spent daily quota: hours; a calendar month: until the 1st),
+// with X-Should-Retry: false past 60 s. A request larger than a whole
+// bucket gets Retry-After 60, X-Should-Retry: false and a message saying
+// that retrying will not help. The upstream's own responses are never rewritten,
+// except that WithRateLimitHeaders replaces the upstream's rate-limit
+// headers on admitted responses; the upstream's own 429 is relayed
+// untouched whatever the header style. WithRateLimitTrailers adds, after
+// the body, the key's and workspace's remaining figures once the real
+// charge replaced the estimate (not on the upstream's own 429s).
+//
+// The ResponseWriter a handler gets is valid until the handler returns, as
+// net/http requires: a write after that fails with ErrWriterReleased and
+// reaches no response.
+//
 // # Failure policy
 //
 // The limiter fails open: if its own state faults (a store error, a store
@@ -118,6 +101,25 @@
 // The default MemoryStore counts per process: N gateway processes admit up
 // to N× the figures. The redisstore package shares one exact limit across
 // processes.
+//
+// # For store writers: the buckets and their charges
+//
+// Every request is checked against four token buckets, in this order: the
+// key's requests, the key's tokens, the workspace's requests, the
+// workspace's tokens. Each bucket holds twice its per-minute figure (a
+// burst of 2× is admitted at once) and refills continuously at the figure
+// per minute, in exact integer arithmetic. A request is admitted only if all
+// four have room; a refused request changes no bucket.
+//
+// The tokens buckets are debited an estimate up front (Content-Length/4,
+// floor 1; see WithEstimator, EstimateFromBody and WithCalibration). After the response, the estimate is replaced
+// by the charge, read from the JSON, SSE, NDJSON or AWS event-stream body
+// as it streams by (see package usage): the provider's final reported input+output tokens
+// when the response completed; otherwise the reported input (else the
+// estimate) plus the larger of the reported output and the bytes of
+// generated text ÷ 4 (see ReconcileKind), or what WithTokenCost makes of
+// that usage. Over-estimates are credited back,
+// under-estimates debited forward. Requests buckets never reconcile.
 //
 // # Guides
 //
