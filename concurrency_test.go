@@ -380,3 +380,33 @@ func TestConcurrencyLimitsEndpoint(t *testing.T) {
 	assert.Equal(t, jsonMap(t, `{"tier":"free","requestsPerMin":7,"tokensPerMin":70,"concurrentRequests":3`+docs+`,
 		"models":{"o3":{"requestsPerMin":5,"tokensPerMin":9}}}`), limitsOf(t, l, "sk-o"))
 }
+
+// TestGaugedWithoutIDLeavesNoState: a gauged admission without an ID
+// (a caller of the store itself; the limiter always sends one) is an
+// ErrNoAdmissionID on every path of the memory store, and it leaves no
+// entry behind: one it created could evict a tracked key, uncounted. The
+// solo path with windows once made its entry and window set first.
+func TestGaugedWithoutIDLeavesNoState(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	gauged := llmrate.Limits{RequestsPerMinute: 60, TokensPerMinute: 6000, ConcurrentRequests: 2}
+	daily := gauged
+	daily.Windows = []llmrate.Window{{Per: 24 * time.Hour, Requests: 100}}
+	for name, r := range map[string]llmrate.AdmitRequest{
+		"solo":               {Key: "k", Workspace: "k", KeyLimits: gauged, WorkspaceLimits: gauged, Solo: true},
+		"pair":               {Key: "k", Workspace: "ws", KeyLimits: gauged, WorkspaceLimits: gauged},
+		"solo, a window":     {Key: "k", Workspace: "k", KeyLimits: daily, WorkspaceLimits: daily, Solo: true},
+		"pair, a window":     {Key: "k", Workspace: "ws", KeyLimits: daily, WorkspaceLimits: daily},
+		"solo, a day's plan": {Key: "k", Workspace: "k", KeyLimits: gauged, WorkspaceLimits: gauged, Solo: true, KeyPlan: &daily, WorkspacePlan: &daily},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := llmrate.NewMemoryStore()
+			r.Tokens, r.Now = 1, now
+			_, err := s.Admit(context.Background(), r)
+			require.ErrorIs(t, err, llmrate.ErrNoAdmissionID)
+			keys, workspaces := s.Len()
+			assert.Zero(t, keys, "no key entry")
+			assert.Zero(t, workspaces, "no workspace entry")
+		})
+	}
+}

@@ -384,6 +384,7 @@ func (s *MemoryStore) admitGauged(r AdmitRequest) (Decision, error) {
 		if sh.Holds(r.ID) {
 			e.Release(sh.Epoch())
 			sh.Mu.Unlock()
+			s.t.Note(ev)
 			return Decision{}, errHeldID
 		}
 		g := gaugeCheck{keyCap: r.WorkspaceLimits.ConcurrentRequests, keyNow: sh.InFlight(wh)}

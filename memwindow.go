@@ -271,6 +271,9 @@ func (s *MemoryStore) admitWindowed(r *AdmitRequest, st []winStage) (Decision, e
 func (s *MemoryStore) admitWindowedSolo(r *AdmitRequest, st []winStage) (Decision, error) {
 	now := r.Now.UnixNano()
 	lim := &r.WorkspaceLimits
+	if lim.ConcurrentRequests > 0 && r.ID == "" {
+		return Decision{}, ErrNoAdmissionID // before any entry is made, as on the pair path
+	}
 	wh := s.t.WorkspaceHash(r.Workspace, r.Model)
 	sh, e, ev := s.t.Solo(wh, perMinute(lim), now)
 	if r.ID != "" && sh.Holds(r.ID) {
@@ -290,11 +293,6 @@ func (s *MemoryStore) admitWindowedSolo(r *AdmitRequest, st []winStage) (Decisio
 	st = windowStages(st, ws, lim.Windows, 0, r.Tokens, max(0, r.InputTokens), levels)
 	var g *gaugeCheck
 	if lim.ConcurrentRequests > 0 {
-		if r.ID == "" {
-			e.Release(sh.Epoch())
-			sh.Mu.Unlock()
-			return Decision{}, ErrNoAdmissionID
-		}
 		g = &gaugeCheck{keyCap: lim.ConcurrentRequests, keyNow: sh.InFlight(wh)}
 	}
 	d := decideStages(st, r, g)
