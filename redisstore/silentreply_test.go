@@ -350,10 +350,7 @@ func TestSilentReplyWithAnotherCallInFlight(t *testing.T) {
 	}))
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithFallbackLocal(), redisstore.WithBatching(1), redisstore.WithTimeout(time.Second))
 	ctx := context.Background()
-	for range 2100 { // the delay learned (at its floor: a local Redis)
-		_, err := s.Admit(ctx, soloReq("sk-learn", 0))
-		require.NoError(t, err)
-	}
+	learnHedgeDelay(t, s)
 	lost := func() (time.Duration, string) {
 		p.SilenceNext(1)
 		t0 := time.Now()
@@ -448,10 +445,7 @@ func TestSilentReplyOnARetryingClient(t *testing.T) {
 	prefix := redisrig.Prefix()
 	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(400*time.Millisecond))
 	ctx := context.Background()
-	for range 2100 { // the delay learned: first attempts inline
-		_, err := s.Admit(ctx, soloReq("sk-learn", 0))
-		require.NoError(t, err)
-	}
+	learnHedgeDelay(t, s)
 	hedges := s.Hedges()
 	p.SilenceNext(1)
 	t0 := time.Now()
@@ -490,10 +484,7 @@ func TestInlineAttemptDoesNotWaitOutAHungDial(t *testing.T) {
 		}})
 	s := redisrig.Store(t, c, redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(400*time.Millisecond))
 	ctx := context.Background()
-	for range 2100 { // the delay learned: first attempts inline
-		_, err := s.Admit(ctx, soloReq("sk-learn", 0))
-		require.NoError(t, err)
-	}
+	learnHedgeDelay(t, s)
 	require.Equal(t, uint32(1), c.PoolStats().TotalConns, "one call at a time: one connection")
 	held := make(chan struct{})
 	go func() { // holds the idle connection while the admission runs
@@ -553,10 +544,7 @@ func TestInlineAttemptEndsAtCallerCancel(t *testing.T) {
 	c := redisrig.NewClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 1})
 	prefix := redisrig.Prefix()
 	s := redisrig.Store(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(frozen), redisstore.WithBatching(1), redisstore.WithTimeout(time.Second))
-	for range 2100 { // the delay learned: first attempts inline
-		_, err := s.Admit(context.Background(), soloReq("sk-learn", 0))
-		require.NoError(t, err)
-	}
+	learnHedgeDelay(t, s)
 	held := make(chan struct{})
 	go func() { // holds the pool's one connection until the push below
 		defer close(held)
@@ -578,4 +566,16 @@ func TestInlineAttemptEndsAtCallerCancel(t *testing.T) {
 	d, err := probeStore(t, other, prefix).Admit(context.Background(), soloReq("sk-cancel", 100))
 	require.NoError(t, err)
 	assert.Equal(t, int64(2000-1), d.Remaining[llmrate.WorkspaceRequests], "nothing debited for the caller that gave up")
+}
+
+// learnHedgeDelay makes two hedge windows of lone admissions (2,100, over
+// the 1,024 a window holds) through s, so that s has learned its hedge
+// delay (at its floor on a local Redis) and makes its first attempts
+// inline from then on.
+func learnHedgeDelay(t *testing.T, s *redisstore.Store) {
+	t.Helper()
+	for range 2100 {
+		_, err := s.Admit(context.Background(), soloReq("sk-learn", 0))
+		require.NoError(t, err)
+	}
 }

@@ -81,10 +81,7 @@ func TestBurstKeepsConnections(t *testing.T) {
 		return n
 	}
 	ctx := context.Background()
-	for range 2100 { // two windows of lone calls: the delay learned at its floor
-		_, err := s.Admit(ctx, soloReq("sk-learn", 0))
-		require.NoError(t, err)
-	}
+	learnHedgeDelay(t, s)
 	runs0, conns0, pool0 := ran(), p.Stats().Conns, int64(c.PoolStats().TotalConns)
 	const n, rounds = 64, 5
 	var extraHedges atomic.Int64
